@@ -1,0 +1,279 @@
+"""Expressions to C text: isl AST expressions (loop bounds, statement arguments) and
+statement expression trees (polycomp/expr.py), each printed from a table.
+
+Printing is precedence-aware: a sub-expression gets parentheses only where C needs
+them, so ``A[(c0 * 512 + c2)]`` reads as ``A[c0 * 512 + c2]``. Helper functions the text
+calls (floor division, typed min/max, sigmoid) are collected in a ``Helpers`` set and
+emitted once by codegen/c.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from polycomp import expr as E
+
+CTYPES = {
+    "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+    "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t",
+    "uint64": "uint64_t", "float16": "_Float16", "float32": "float", "float64": "double",
+}
+
+# Precedence levels (higher binds tighter).
+PRIMARY, UNARY, MUL, ADD, REL, EQ, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 5, 4, 3
+
+# expression-tree binary operator -> (C operator, precedence)
+BINARY = {
+    "add": ("+", ADD), "sub": ("-", ADD), "mul": ("*", MUL), "div": ("/", MUL),
+    "mod": ("%", MUL), "lt": ("<", REL), "le": ("<=", REL), "gt": (">", REL), "ge": (">=", REL),
+    "eq": ("==", EQ), "ne": ("!=", EQ), "and": ("&&", LAND), "or": ("||", LOR),
+}
+
+# isl AST operator -> (C operator, precedence) for the infix ones
+AST_BINARY = {
+    isl.ast_expr_op_type.add: ("+", ADD), isl.ast_expr_op_type.sub: ("-", ADD),
+    isl.ast_expr_op_type.mul: ("*", MUL), isl.ast_expr_op_type.div: ("/", MUL),
+    isl.ast_expr_op_type.pdiv_q: ("/", MUL), isl.ast_expr_op_type.pdiv_r: ("%", MUL),
+    isl.ast_expr_op_type.zdiv_r: ("%", MUL),
+    isl.ast_expr_op_type.and_: ("&&", LAND), isl.ast_expr_op_type.and_then: ("&&", LAND),
+    isl.ast_expr_op_type.or_: ("||", LOR), isl.ast_expr_op_type.or_else: ("||", LOR),
+    isl.ast_expr_op_type.eq: ("==", EQ), isl.ast_expr_op_type.le: ("<=", REL),
+    isl.ast_expr_op_type.lt: ("<", REL), isl.ast_expr_op_type.ge: (">=", REL),
+    isl.ast_expr_op_type.gt: (">", REL),
+}
+
+# math functions: name -> C function for float32 / float64 (float16 computes in float32)
+MATH = {
+    "exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"),
+    "tanh": ("tanhf", "tanh"), "erf": ("erff", "erf"), "abs": ("fabsf", "fabs"),
+    "fmax": ("fmaxf", "fmax"), "fmin": ("fminf", "fmin"), "pow": ("powf", "pow"),
+    "fma": ("fmaf", "fma"), "sin": ("sinf", "sin"), "cos": ("cosf", "cos"),
+    "floor": ("floorf", "floor"), "ceil": ("ceilf", "ceil"),
+}
+
+# helpers emitted on demand: name -> C definition (templated on a type where needed)
+HELPER_TEMPLATES = {
+    "floord": "static inline long polycomp_floord(long n, long d) "
+              "{ return n >= 0 ? n / d : -((-n + d - 1) / d); }",
+    "floorm": "static inline long polycomp_floorm(long n, long d) "
+              "{ long r = n % d; return r < 0 ? r + d : r; }",
+    "imin": "static inline long polycomp_imin(long a, long b) { return a < b ? a : b; }",
+    "imax": "static inline long polycomp_imax(long a, long b) { return a > b ? a : b; }",
+    "min": "static inline {t} polycomp_min_{d}({t} a, {t} b) {{ return b < a ? b : a; }}",
+    "max": "static inline {t} polycomp_max_{d}({t} a, {t} b) {{ return b > a ? b : a; }}",
+    "abs": "static inline {t} polycomp_abs_{d}({t} a) {{ return a < 0 ? -a : a; }}",
+    "sigmoid": "static inline {t} polycomp_sigmoid_{d}({t} x) "
+               "{{ return ({t})1 / (({t})1 + {exp}(-x)); }}",
+}
+
+
+@dataclass
+class Helpers:
+    """The helper functions a translation unit needs, in first-use order."""
+
+    used: dict[str, str] = field(default_factory=dict)
+
+    def need(self, kind: str, dtype: str | None = None) -> str:
+        name = f"polycomp_{kind}" if dtype is None else f"polycomp_{kind}_{dtype}"
+        if name not in self.used:
+            if dtype is None:
+                self.used[name] = HELPER_TEMPLATES[kind]
+            else:
+                ctype = CTYPES[dtype]
+                exp = "expf" if dtype in ("float16", "float32") else "exp"
+                self.used[name] = HELPER_TEMPLATES[kind].format(t=ctype, d=dtype, exp=exp)
+        return name
+
+    def text(self) -> str:
+        return "\n".join(self.used.values())
+
+
+@dataclass(frozen=True)
+class Text:
+    """Printed C with its precedence, so the caller can decide on parentheses."""
+
+    code: str
+    prec: int = PRIMARY
+
+    def at(self, prec: int) -> str:
+        return self.code if self.prec >= prec else f"({self.code})"
+
+
+# ----------------------------------------------------------------------------- isl AST exprs
+
+def ast_expr(node: isl.AstExpr, names: Mapping[str, str], helpers: Helpers) -> Text:
+    """An isl AST expression as C; ``names`` maps isl identifiers (params) to C names."""
+    kind = node.get_type()
+    if kind == isl.ast_expr_type.int:
+        value = node.get_val().to_python()
+        return Text(str(value), PRIMARY if value >= 0 else UNARY)
+    if kind == isl.ast_expr_type.id:
+        name = node.get_id().get_name()
+        return Text(names.get(name, name))
+    op = node.get_op_type()
+    args = [ast_expr(node.get_op_arg(k), names, helpers) for k in range(node.get_op_n_arg())]
+    if op in AST_BINARY:
+        sym, prec = AST_BINARY[op]
+        return _infix(sym, prec, args)
+    if op == isl.ast_expr_op_type.minus:
+        return Text(f"-{args[0].at(UNARY + 1)}", UNARY)
+    if op in (isl.ast_expr_op_type.min, isl.ast_expr_op_type.max):
+        fn = helpers.need("imin" if op == isl.ast_expr_op_type.min else "imax")
+        out = args[0]
+        for a in args[1:]:
+            out = Text(f"{fn}({out.code}, {a.code})")
+        return out
+    if op == isl.ast_expr_op_type.fdiv_q:
+        return Text(f"{helpers.need('floord')}({args[0].code}, {args[1].code})")
+    if op in (isl.ast_expr_op_type.cond, isl.ast_expr_op_type.select):
+        return Text(f"{args[0].at(COND + 1)} ? {args[1].at(COND + 1)} : {args[2].at(COND)}", COND)
+    if op == isl.ast_expr_op_type.call:
+        return Text(f"{args[0].code}({', '.join(a.code for a in args[1:])})")
+    raise NotImplementedError(f"isl AST operator {op}")
+
+
+def _infix(sym: str, prec: int, args: list[Text]) -> Text:
+    out = args[0].at(prec)
+    for a in args[1:]:
+        out = f"{out} {sym} {a.at(prec + 1)}"
+    return Text(out, prec)
+
+
+# ----------------------------------------------------------------------------- value exprs
+
+class ValuePrinter:
+    """Prints statement expression trees.
+
+    iterators  statement iterator name -> C text of its value at this point
+    params     size parameter name -> C text (a constant once specialised)
+    scalars    scalar argument name -> C name
+    arrays     array name -> (C name, extents as Text for dims 1..n-1)
+    """
+
+    def __init__(self, iterators: Mapping[str, Text], params: Mapping[str, Text],
+                 scalars: Mapping[str, str], arrays: Mapping[str, tuple[str, list[Text]]],
+                 helpers: Helpers):
+        self.iterators, self.params, self.scalars = iterators, params, scalars
+        self.arrays, self.helpers = arrays, helpers
+        self.overrides: dict[int, Text] = {}  # id(node) -> text (hoisted gather indices)
+
+    def __call__(self, node: E.Expr) -> Text:
+        if id(node) in self.overrides:
+            return self.overrides[id(node)]
+        method = getattr(self, f"_{type(node).__name__.lower()}")
+        return method(node)
+
+    def _const(self, node: E.Const) -> Text:
+        return constant(node.value, node.dtype)
+
+    def _iter(self, node: E.Iter) -> Text:
+        return self.iterators[node.name]
+
+    def _param(self, node: E.Param) -> Text:
+        return self.params[node.name]
+
+    def _scalar(self, node: E.Scalar) -> Text:
+        return Text(self.scalars[node.name])
+
+    def _access(self, node: E.Access) -> Text:
+        return Text(f"{self.arrays[node.array][0]}[{self.linear_index(node).code}]")
+
+    def linear_index(self, node: E.Access) -> Text:
+        """Row-major offset, Horner form: ((i0 * E1 + i1) * E2 + i2)."""
+        extents = self.arrays[node.array][1]
+        if not node.indices:
+            return Text("0")
+        out = self(node.indices[0])
+        for index, extent in zip(node.indices[1:], extents):
+            scaled = _infix("*", MUL, [out, extent])
+            out = _infix("+", ADD, [scaled, self(index)])
+        return out
+
+    def _unary(self, node: E.Unary) -> Text:
+        sym = "-" if node.op == "neg" else "!"
+        return Text(f"{sym}{self(node.operand).at(UNARY + 1)}", UNARY)
+
+    def _binary(self, node: E.Binary) -> Text:
+        lhs, rhs = self(node.lhs), self(node.rhs)
+        if node.op in ("floordiv", "floormod"):
+            fn = self.helpers.need("floord" if node.op == "floordiv" else "floorm")
+            return Text(f"{fn}({lhs.code}, {rhs.code})")
+        if node.op == "mod" and E.is_float(node.dtype):
+            fn = MATH_FN("fmod", node.dtype)
+            return Text(f"{fn}({lhs.code}, {rhs.code})")
+        sym, prec = BINARY[node.op]
+        return _infix(sym, prec, [lhs, rhs])
+
+    def _select(self, node: E.Select) -> Text:
+        c, a, b = self(node.cond), self(node.then), self(node.other)
+        return Text(f"{c.at(COND + 1)} ? {a.at(COND + 1)} : {b.at(COND)}", COND)
+
+    def _cast(self, node: E.Cast) -> Text:
+        return Text(f"({CTYPES[node.dtype]}){self(node.operand).at(UNARY)}", UNARY)
+
+    def _call(self, node: E.Call) -> Text:
+        args = [self(a) for a in node.args]
+        dtype = node.dtype
+        if node.func in ("min", "max") or (node.func == "abs" and not E.is_float(dtype)):
+            fn = self.helpers.need(node.func, dtype)
+            return Text(f"{fn}({', '.join(a.code for a in args)})")
+        if node.func in ("fmax", "fmin") and not E.is_float(dtype):
+            fn = self.helpers.need(node.func[1:], dtype)
+            return Text(f"{fn}({', '.join(a.code for a in args)})")
+        if node.func == "sigmoid":
+            work = "float32" if dtype == "float16" else dtype
+            fn = self.helpers.need("sigmoid", work)
+            return self._narrow(Text(f"{fn}({args[0].code})"), dtype)
+        if node.func == "rsqrt":
+            one = "1.0f" if dtype in ("float16", "float32") else "1.0"
+            root = Text(f"{MATH_FN('sqrt', dtype)}({args[0].code})")
+            return self._narrow(Text(f"{one} / {root.code}", MUL), dtype)
+        return self._narrow(Text(f"{MATH_FN(node.func, dtype)}({', '.join(a.code for a in args)})"),
+                            dtype)
+
+    @staticmethod
+    def _narrow(text: Text, dtype: str) -> Text:
+        return Text(f"(_Float16){text.at(UNARY)}", UNARY) if dtype == "float16" else text
+
+
+def MATH_FN(func: str, dtype: str) -> str:  # noqa: N802 - reads as a table lookup
+    """The <math.h> function for ``func`` at ``dtype`` (float16 computes in float)."""
+    if func == "fmod":
+        return "fmod" if dtype == "float64" else "fmodf"
+    single, double = MATH[func]
+    return double if dtype == "float64" else single
+
+
+def constant(value: int | float | bool, dtype: str) -> Text:
+    """A literal of the given dtype."""
+    if dtype == "bool":
+        return Text("true" if value else "false")
+    if E.is_float(dtype):
+        v = float(value)
+        if math.isnan(v):
+            text = Text("NAN")
+        elif math.isinf(v):
+            text = Text("INFINITY") if v > 0 else Text("-INFINITY", UNARY)
+        else:
+            body = repr(v)
+            if "e" not in body and "." not in body:
+                body += ".0"
+            suffix = "" if dtype == "float64" else "f"
+            text = Text(body + suffix, PRIMARY if v >= 0 else UNARY)
+        if dtype == "float16":
+            return Text(f"(_Float16){text.at(UNARY)}", UNARY)
+        if dtype == "float64" and text.code.lstrip("-") in ("NAN", "INFINITY"):
+            return Text(f"(double){text.at(UNARY)}", UNARY)
+        return text
+    v = int(value)
+    if dtype == "uint64" or v > 2**63 - 1:
+        return Text(f"{v}ULL")
+    if v == -(2**63):
+        return Text("(-9223372036854775807LL - 1)")
+    if -(2**31) <= v < 2**31:
+        return Text(str(v), PRIMARY if v >= 0 else UNARY)
+    return Text(f"{v}LL", PRIMARY if v >= 0 else UNARY)

@@ -1,0 +1,65 @@
+"""polycomp: a polyhedral auto-scheduling compiler for tensor programs.
+
+Public API:
+    compile(source, entry=None, *, sizes=None, **options) -> Kernel     (Tensor Comprehensions)
+    compile_program(program, *, sizes=None, **options) -> Kernel        (a Program, e.g. from_isl)
+    Program.from_isl(...)                                               (the research door)
+    set_num_threads(n)                                                  (OpenMP threads)
+    Options, PolycompError (and its subclasses in polycomp.errors)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .errors import PolycompError
+from .ir import Program
+from .options import Options
+from .runtime import Kernel
+from .threads import set_num_threads
+
+__version__ = "0.1.0"
+
+
+def compile(source: str, entry: str | None = None, *, sizes: Mapping[str, int] | None = None,
+            file: str | None = None, **options: object) -> Kernel:
+    """Compile a Tensor Comprehensions def to a Kernel.
+
+    ``sizes`` compiles eagerly for those sizes; otherwise the kernel is specialised to the
+    argument sizes on its first call per size set. ``options`` are Options fields
+    (target, scheduler, parametric, parallel, ...).
+    """
+    from .frontend.tc import parse
+
+    opts = Options.create(**options)
+    definition = parse(source, file=file).get(entry)
+    return _finish(Kernel(definition, opts), sizes)
+
+
+def compile_program(program: Program, *, sizes: Mapping[str, int] | None = None,
+                    **options: object) -> Kernel:
+    """A Kernel for a Program built directly (``Program.from_isl``): every array is an
+    argument updated in place."""
+    return _finish(Kernel(ProgramDefinition(program), Options.create(**options)), sizes)
+
+
+class ProgramDefinition:
+    """Adapts a ready Program to the runtime's Definition protocol."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.name = program.name
+        self.interface = program.interface()
+
+    def lower(self, sizes: Mapping[str, int] | None = None) -> Program:
+        return self.program if sizes is None else self.program.specialize(sizes)
+
+
+def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
+    if sizes is not None or kernel.options.parametric:
+        kernel.specialize(dict(sizes or {}))
+    return kernel
+
+
+__all__ = ["compile", "compile_program", "Kernel", "Options", "PolycompError", "Program",
+           "set_num_threads"]

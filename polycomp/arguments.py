@@ -1,0 +1,140 @@
+"""Argument checking: the guard in front of every pointer that reaches generated C.
+
+Input: a kernel's Interface and the Python arguments of one call. Output: the sizes the
+arguments imply and the checked values. Every tensor must be a numpy array of exactly the
+declared dtype and rank whose extents agree with the declared dims (a size name binds on
+first use and must agree everywhere after); arrays updated in place must be writeable and
+must not share memory with another argument. Non-contiguous arrays are copied (and copied
+back after the call if the kernel updates them). Anything else raises ArgumentError, so a
+wrong argument can never make C read or write outside an array.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import islutil as U
+from .errors import ArgumentError
+from .ir import Interface, ScalarArg, TensorArg
+
+
+@dataclass
+class BoundArguments:
+    """sizes: name -> value; values: argument name -> contiguous array or Python scalar;
+    write_back: (user's array, contiguous copy) pairs to copy back after the call."""
+
+    sizes: dict[str, int] = field(default_factory=dict)
+    values: dict[str, object] = field(default_factory=dict)
+    write_back: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+
+def bind(kernel_name: str, interface: Interface, args: Sequence[object]) -> BoundArguments:
+    inputs = interface.inputs
+    if len(args) != len(inputs):
+        names = ", ".join(a.name for a in inputs)
+        raise ArgumentError(f"kernel '{kernel_name}' takes {len(inputs)} argument(s) ({names}), "
+                            f"got {len(args)}")
+    bound = BoundArguments()
+    origin: dict[str, str] = {}
+    tensors: list[tuple[TensorArg, np.ndarray]] = []
+    for spec, value in zip(inputs, args):
+        if isinstance(spec, TensorArg):
+            tensors.append((spec, _tensor(kernel_name, spec, value)))
+        else:
+            bound.values[spec.name] = _scalar(kernel_name, spec, value)
+            if spec.is_size:
+                _bind_size(bound, origin, spec.name, int(bound.values[spec.name]), spec.name)  # type: ignore[call-overload]
+    for spec, array in tensors:  # names first, so that expressions below can use them
+        for k, dim in enumerate(spec.dims):
+            if isinstance(dim, str):
+                _bind_size(bound, origin, dim, array.shape[k], f"{spec.name}.shape[{k}]")
+    for spec, array in tensors:
+        for k, dim in enumerate(spec.dims):
+            if isinstance(dim, int):
+                expected: int | None = dim
+            elif isinstance(dim, str):
+                continue
+            else:
+                expected = U.pw_aff_value(dim, bound.sizes)
+            if expected is None or array.shape[k] != expected:
+                raise ArgumentError(
+                    f"argument '{spec.name}' of '{kernel_name}' has shape {array.shape}; "
+                    f"dimension {k} must be {expected if expected is not None else dim}",
+                    hint=f"declared dims: ({', '.join(str(d) for d in spec.dims)}) "
+                         f"with sizes {bound.sizes}")
+    _check_aliasing(kernel_name, tensors)
+    for spec, array in tensors:
+        if array.flags.c_contiguous:
+            bound.values[spec.name] = array
+        else:
+            copy = np.ascontiguousarray(array)
+            bound.values[spec.name] = copy
+            if spec.updated:
+                bound.write_back.append((array, copy))
+    return bound
+
+
+def _tensor(kernel: str, spec: TensorArg, value: object) -> np.ndarray:
+    if isinstance(value, np.generic) and not spec.dims:
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise ArgumentError(f"argument '{spec.name}' of '{kernel}' must be a numpy array, "
+                            f"not {type(value).__name__}",
+                            hint=f"pass np.asarray(x, dtype=np.{spec.dtype})")
+    if value.dtype != np.dtype(spec.dtype):
+        raise ArgumentError(f"argument '{spec.name}' of '{kernel}' must have dtype {spec.dtype}, "
+                            f"not {value.dtype}", hint=f"use {spec.name}.astype(np.{spec.dtype})")
+    if value.ndim != len(spec.dims):
+        raise ArgumentError(f"argument '{spec.name}' of '{kernel}' must have rank {len(spec.dims)}, "
+                            f"not {value.ndim} (shape {value.shape})")
+    if spec.updated and not value.flags.writeable:
+        raise ArgumentError(f"argument '{spec.name}' of '{kernel}' is updated in place but "
+                            f"the array is read-only", hint="pass a writeable copy")
+    return value
+
+
+def _scalar(kernel: str, spec: ScalarArg, value: object) -> object:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    integer = spec.dtype.startswith(("int", "uint")) or spec.dtype == "bool"
+    if integer and not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"argument '{spec.name}' of '{kernel}' must be an integer "
+                            f"({spec.dtype}), not {type(value).__name__}")
+    if not integer and not isinstance(value, numbers.Real):
+        raise ArgumentError(f"argument '{spec.name}' of '{kernel}' must be a number "
+                            f"({spec.dtype}), not {type(value).__name__}")
+    if integer and spec.dtype != "bool":
+        info = np.iinfo(np.dtype(spec.dtype))
+        if not info.min <= int(value) <= info.max:  # type: ignore[arg-type]
+            raise ArgumentError(f"argument '{spec.name}' of '{kernel}' = {value} does not fit "
+                                f"in {spec.dtype}")
+    return value
+
+
+def _bind_size(bound: BoundArguments, origin: dict[str, str], name: str, value: int,
+               where: str) -> None:
+    if name in bound.sizes and bound.sizes[name] != value:
+        raise ArgumentError(f"size {name} is {bound.sizes[name]} from {origin[name]} but "
+                            f"{value} from {where}",
+                            hint=f"every use of {name} must have the same extent")
+    if value < 0:
+        raise ArgumentError(f"size {name} = {value} from {where} is negative")
+    bound.sizes.setdefault(name, int(value))
+    origin.setdefault(name, where)
+
+
+def _check_aliasing(kernel: str, tensors: list[tuple[TensorArg, np.ndarray]]) -> None:
+    for i, (spec, array) in enumerate(tensors):
+        if not spec.updated:
+            continue
+        for j, (other, other_array) in enumerate(tensors):
+            if i != j and np.may_share_memory(array, other_array):
+                raise ArgumentError(f"arguments '{spec.name}' and '{other.name}' of '{kernel}' "
+                                    f"share memory, but '{spec.name}' is updated in place",
+                                    hint="pass separate arrays (e.g. a .copy())")

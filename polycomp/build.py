@@ -1,0 +1,119 @@
+"""Build: C source -> shared library on disk, cached.
+
+The compiler is run without a shell (an argv list). Flags: ``-O3 -march=native`` unless
+Options.cflags or $CFLAGS say otherwise, always with ``-fopenmp -fPIC -shared``; the
+compiler is Options.cc, else $CC, else gcc. The cache key hashes the source, the command
+line, the compiler's own version text and the CPU model (``-march=native`` code does not
+travel). Libraries live under $POLYCOMP_CACHE_DIR, else $XDG_CACHE_HOME/polycomp, else
+~/.cache/polycomp. Each build writes to a private temporary name and renames it into
+place atomically, so a process never loads a half-written library even when several
+processes compile the same kernel at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .errors import CompilerError
+from .options import Options
+
+DEFAULT_CFLAGS = ("-O3", "-march=native")
+REQUIRED_FLAGS = ("-fopenmp", "-fPIC", "-shared")
+
+
+def compiler_command(options: Options) -> tuple[list[str], list[str]]:
+    """(compiler argv prefix, optimisation flags) after options and environment."""
+    cc = options.cc or os.environ.get("CC") or "gcc"
+    compiler = shlex.split(cc)
+    if options.cflags is not None:
+        flags = list(options.cflags)
+    elif os.environ.get("CFLAGS"):
+        flags = shlex.split(os.environ["CFLAGS"])
+    else:
+        flags = list(DEFAULT_CFLAGS)
+    if not compiler:
+        raise CompilerError("the C compiler command is empty", hint="set CC to e.g. gcc")
+    return compiler, flags
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_identity(compiler: tuple[str, ...]) -> str:
+    """The compiler's ``--version`` text (part of every cache key)."""
+    try:
+        done = subprocess.run([*compiler, "--version"], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except FileNotFoundError:
+        raise CompilerError(f"C compiler '{' '.join(compiler)}' not found",
+                            hint="install gcc or set CC to a C compiler with OpenMP") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CompilerError(f"cannot run C compiler '{' '.join(compiler)}': {exc}") from None
+    return done.stdout + done.stderr
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_identity() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("model name", "flags")):
+                    return line.strip()
+    except OSError:
+        pass
+    return os.uname().machine
+
+
+def cache_dir() -> Path:
+    if os.environ.get("POLYCOMP_CACHE_DIR"):
+        return Path(os.environ["POLYCOMP_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "polycomp"
+
+
+def build_library(text: str, entry: str, options: Options) -> Path:
+    """Compile ``text`` to a shared library and return its path (from the cache if there)."""
+    compiler, flags = compiler_command(options)
+    command = [*compiler, *flags, *REQUIRED_FLAGS]
+    key = hashlib.sha256("\0".join([text, *command, compiler_identity(tuple(compiler)),
+                                    cpu_identity()]).encode()).hexdigest()[:24]
+    directory = cache_dir() if options.cache else Path(tempfile.mkdtemp(prefix="polycomp-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    library = directory / f"{entry}-{key}.so"
+    if options.cache and library.exists():
+        return library
+    source_path = directory / f"{entry}-{key}.c"
+    _write_atomically(source_path, text.encode())
+    fd, tmp = tempfile.mkstemp(prefix=f".{entry}-", suffix=".so.tmp", dir=directory)
+    os.close(fd)
+    argv = [*command, "-o", tmp, str(source_path), "-lm"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        _remove(tmp)
+        raise CompilerError(f"cannot run the C compiler: {exc}") from None
+    if done.returncode != 0:
+        _remove(tmp)
+        detail = "\n".join(done.stderr.strip().splitlines()[:20])
+        raise CompilerError(f"the C compiler failed on {source_path}:\n{detail}",
+                            hint=f"command: {' '.join(shlex.quote(a) for a in argv)}")
+    os.replace(tmp, library)
+    return library
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,90 @@
+"""The pipeline: Program -> Dependences -> schedule tree -> Source, one pure call each.
+
+``compile_program`` runs the stages in order and checks the schedule against the
+dependences before any code is generated: a schedule *we* produced that fails is an
+InternalError (a bug, reported loudly), never silently repaired. ``emit`` renders any
+stage as text for ``polycomp compile --emit``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .codegen.c import generate_c
+from .codegen.source import Source
+from .errors import IllegalScheduleError, InternalError
+from .ir import Program, format_statement
+from .options import Options, configure_isl
+from .scheduler import SCHEDULERS, Dependences, compute_dependences
+from .scheduler.legality import check_schedule
+from .scheduler.parallel import mark_parallel
+from .scheduler.tree import dump
+
+EMITS = ("c", "schedule", "deps", "ir", "ast")
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """Everything the pipeline produced for one (specialised or parametric) Program."""
+
+    program: Program
+    dependences: Dependences
+    schedule: isl.Schedule
+    source: Source
+
+
+def schedule_program(program: Program, deps: Dependences, options: Options) -> isl.Schedule:
+    """The scheduler's tree plus the decision passes (parallel marks)."""
+    configure_isl()
+    schedule = SCHEDULERS[options.scheduler](program, deps, options)
+    if options.parallel:
+        schedule = mark_parallel(schedule, deps)
+    return schedule
+
+
+def compile_program(program: Program, options: Options) -> Compiled:
+    program.validate()
+    deps = compute_dependences(program)
+    schedule = schedule_program(program, deps, options)
+    try:
+        check_schedule(schedule, deps)
+    except IllegalScheduleError as exc:
+        raise InternalError(f"scheduler '{options.scheduler}' produced an illegal schedule for "
+                            f"'{program.name}': {exc.message}") from exc
+    return Compiled(program, deps, schedule, generate_c(program, schedule, options))
+
+
+def format_program(program: Program) -> str:
+    lines = [f"program {program.name}"]
+    if program.params:
+        lines.append(f"  params: {', '.join(program.params)}   context: {program.context}")
+    if program.sizes:
+        lines.append("  sizes: " + ", ".join(f"{k}={v}" for k, v in program.sizes))
+    for s in program.scalars:
+        lines.append(f"  scalar {s.dtype} {s.name}")
+    for a in program.arrays:
+        shape = ", ".join(str(pa).split("->")[-1].strip(" {}[]()") for pa in a.shape)
+        lines.append(f"  {a.role:9s} {a.dtype} {a.name}({shape})")
+    for s in program.statements:
+        lines.append(f"  {format_statement(s)}")
+        lines.append(f"      domain {s.domain}")
+    lines.append(f"  original schedule {program.original_schedule}")
+    return "\n".join(lines)
+
+
+def emit(compiled: Compiled, what: str) -> str:
+    """One stage as text: c, schedule (block YAML), deps, ir, ast (isl's own C)."""
+    if what == "c":
+        return compiled.source.text
+    if what == "schedule":
+        return dump(compiled.schedule)
+    if what == "deps":
+        return str(compiled.dependences)
+    if what == "ir":
+        return format_program(compiled.program)
+    if what == "ast":
+        from .codegen.ast import build_ast
+        return build_ast(compiled.program, compiled.schedule).to_C_str()
+    raise ValueError(what)

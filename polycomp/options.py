@@ -1,0 +1,107 @@
+"""Options: every decision a user (or the tuner) can make, in one frozen record.
+
+It travels beside the Program through every stage and is hashed into the build cache
+key. ``Options.create(**kwargs)`` is the checked constructor used by the public API:
+unknown names and values out of range raise :class:`OptionError`.
+
+This module is also the one place where isl's global context options are set
+(:func:`configure_isl`): they change the behaviour of every later isl call.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields, replace
+
+import islpy as isl
+
+from .errors import OptionError
+
+TARGETS = ("openmp",)
+SCHEDULERS = ("none", "isl")
+FUSIONS = ("smart", "max", "typed", "none")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to build and how.
+
+    target      "openmp": OpenMP C for CPUs.
+    scheduler   "none" (original order) or "isl" (isl's scheduler).
+    parametric  keep sizes as C arguments instead of specialising to constants.
+    parallel    mark outermost dependence-free loops ``omp parallel for``.
+    fusion      fusion heuristic for schedulers that fuse ("smart", "max", "typed", "none").
+    cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
+    cache       reuse compiled libraries from the on-disk cache.
+    """
+
+    target: str = "openmp"
+    scheduler: str = "isl"
+    parametric: bool = False
+    parallel: bool = True
+    fusion: str = "smart"
+    cc: str | None = None
+    cflags: tuple[str, ...] | None = None
+    cache: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choice("target", self.target, TARGETS)
+        _check_choice("scheduler", self.scheduler, SCHEDULERS)
+        _check_choice("fusion", self.fusion, FUSIONS)
+        for name in ("parametric", "parallel", "cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"option '{name}' must be True or False, "
+                                  f"not {getattr(self, name)!r}")
+        if self.cc is not None and (not isinstance(self.cc, str) or not self.cc):
+            raise OptionError(f"option 'cc' must be a compiler command name, not {self.cc!r}")
+        if self.cflags is not None:
+            if isinstance(self.cflags, str) or not all(isinstance(f, str) for f in self.cflags):
+                raise OptionError("option 'cflags' must be a list of strings",
+                                  hint="e.g. cflags=['-O2', '-march=native']")
+
+    @classmethod
+    def create(cls, **kwargs: object) -> Options:
+        """Options from keyword arguments, with a clear error for unknown names."""
+        known = {f.name for f in fields(cls)}
+        for name in kwargs:
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known options: {', '.join(sorted(known))}"
+                raise OptionError(f"unknown option '{name}'", hint=hint)
+        if "cflags" in kwargs and isinstance(kwargs["cflags"], list):
+            kwargs["cflags"] = tuple(kwargs["cflags"])
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    def with_(self, **kwargs: object) -> Options:
+        """A copy with some fields changed (checked like ``create``)."""
+        return Options.create(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **kwargs})
+
+    def key(self) -> str:
+        """A stable text form for cache keys."""
+        return repr(tuple((f.name, getattr(self, f.name)) for f in fields(self)))
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"choose one of: {', '.join(choices)}"
+        raise OptionError(f"option '{name}' cannot be {value!r}", hint=hint)
+
+
+_CONFIGURED = False
+
+
+def configure_isl() -> isl.Context:
+    """Set isl's context options once, for the whole process, and return the context."""
+    global _CONFIGURED
+    ctx = isl.DEFAULT_CONTEXT
+    if not _CONFIGURED:
+        ctx.set_schedule_outer_coincidence(1)  # prefer outer parallel loops, as Pluto does
+        ctx.set_schedule_serialize_sccs(0)  # let the isl scheduler fuse across SCCs
+        ctx.set_tile_scale_tile_loops(0)  # tile loops count tiles, not points
+        ctx.set_tile_shift_point_loops(1)  # point loops run from 0 to the tile size
+        _CONFIGURED = True
+    return ctx
+
+
+__all__ = ["Options", "configure_isl", "replace", "TARGETS", "SCHEDULERS", "FUSIONS"]

@@ -1,0 +1,172 @@
+"""Runtime: Kernel objects that users call on numpy arrays.
+
+A Kernel holds a frontend definition (its Interface and a ``lower(sizes)`` method) and
+Options. On each call it checks the arguments (polycomp/arguments.py), and, by default,
+specialises the program to the argument sizes: compiled once per size set, then cached in
+memory (and on disk by polycomp/build.py). With ``parametric=True`` one library serves all
+sizes, which are passed as C arguments. Outputs are allocated here and returned.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import islpy as isl
+import numpy as np
+
+from . import arguments
+from .build import build_library
+from .driver import Compiled, compile_program
+from .errors import ArgumentError, InternalError, PolycompError
+from .ir import Interface, Program
+from .options import Options
+from .scheduler.dependences import Dependences
+
+SCALAR_CTYPES = {
+    "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
+    "float16": ctypes.c_float, "float32": ctypes.c_float, "float64": ctypes.c_double,
+}
+
+
+class Definition(Protocol):
+    """What a frontend hands the runtime."""
+
+    name: str
+    interface: Interface
+
+    def lower(self, sizes: Mapping[str, int] | None = None) -> Program: ...
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """One compiled specialisation: the pipeline's products and the loaded entry."""
+
+    compiled: Compiled
+    function: ctypes._CFuncPtr  # type: ignore[name-defined]
+
+
+_LIBRARIES: dict[str, ctypes.CDLL] = {}
+_LOCK = threading.Lock()
+
+
+def load(compiled: Compiled, options: Options) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    source = compiled.source
+    path = str(build_library(source.text, source.entry, options))
+    with _LOCK:
+        if path not in _LIBRARIES:
+            _LIBRARIES[path] = ctypes.CDLL(path)
+    function = getattr(_LIBRARIES[path], source.entry)
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_void_p if a.kind == "array" else
+                         ctypes.c_int64 if a.kind == "size" else SCALAR_CTYPES[a.dtype]
+                         for a in source.arguments]
+    return function
+
+
+class Kernel:
+    """A compiled tensor program, callable on numpy arrays.
+
+    ``kernel(*inputs)`` returns the outputs (one array, a tuple in declared order, or None
+    when the kernel only updates its arguments in place). ``.program``, ``.dependences``,
+    ``.schedule`` and ``.c_source`` describe the most recent specialisation, or, before
+    any call, the parametric program.
+    """
+
+    def __init__(self, definition: Definition, options: Options):
+        self.definition = definition
+        self.options = options
+        self.name = definition.name
+        self.interface = definition.interface
+        self._variants: dict[tuple[tuple[str, int], ...], Variant] = {}
+        self._last: Compiled | None = None
+        self._parametric: Compiled | None = None
+
+    # ------------------------------------------------------------------ compiling
+    def specialize(self, sizes: Mapping[str, int]) -> Variant:
+        """Compile (or fetch) the variant for these sizes."""
+        key = () if self.options.parametric else tuple(sorted((k, int(v)) for k, v in sizes.items()))
+        variant = self._variants.get(key)
+        if variant is None:
+            program = self.definition.lower(None if self.options.parametric else dict(sizes))
+            compiled = compile_program(program, self.options)
+            variant = Variant(compiled, load(compiled, self.options))
+            self._variants[key] = variant
+        self._last = variant.compiled
+        return variant
+
+    def _describe(self) -> Compiled:
+        if self._last is not None:
+            return self._last
+        if self._parametric is None:
+            self._parametric = compile_program(self.definition.lower(None), self.options)
+        return self._parametric
+
+    @property
+    def program(self) -> Program:
+        return self._describe().program
+
+    @property
+    def dependences(self) -> Dependences:
+        return self._describe().dependences
+
+    @property
+    def schedule(self) -> isl.Schedule:
+        return self._describe().schedule
+
+    @property
+    def c_source(self) -> str:
+        return self._describe().source.text
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args: object) -> object:
+        bound = arguments.bind(self.name, self.interface, args)
+        variant = self.specialize(bound.sizes)
+        program = variant.compiled.program
+        if self.options.parametric:
+            _check_context(self.name, program, bound.sizes)
+        buffers: dict[str, np.ndarray] = {}
+        for array in program.arrays:
+            if array.name in bound.values:
+                buffers[array.name] = bound.values[array.name]  # type: ignore[assignment]
+            else:
+                shape = array.extents(bound.sizes)
+                make = np.zeros if array.role == "output" else np.empty
+                buffers[array.name] = make(shape, dtype=array.dtype)
+        call_args: list[object] = []
+        for arg in variant.compiled.source.arguments:
+            if arg.kind == "size":
+                call_args.append(bound.sizes[arg.name])
+            elif arg.kind == "scalar":
+                call_args.append(bound.values[arg.name])
+            else:
+                call_args.append(buffers[arg.name].ctypes.data)
+        status = variant.function(*call_args)
+        for original, copy in bound.write_back:
+            original[...] = copy
+        if status == 1:
+            raise ArgumentError(f"kernel '{self.name}': a data-dependent index (gather) was out of "
+                                f"bounds; the out-of-bounds reads were skipped",
+                                hint="check the index tensor's values against the gathered extent")
+        if status != 0:
+            raise InternalError(f"kernel '{self.name}' returned status {status}")
+        outputs = [buffers[name] for name in self.interface.outputs]
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _check_context(name: str, program: Program, sizes: Mapping[str, int]) -> None:
+    from . import islutil as U
+    fixed = program.context.intersect_params(U.fix_params(sizes, program.params))
+    if fixed.is_empty():
+        raise ArgumentError(f"sizes {dict(sizes)} are outside what kernel '{name}' accepts: "
+                            f"{program.context}")
+
+
+__all__ = ["Kernel", "Variant", "Definition", "PolycompError"]

@@ -1,0 +1,82 @@
+"""Exact dependence analysis: Program -> Dependences.
+
+Flow (read-after-write) dependences are value-based: isl's access-info flow analysis
+finds, for every read instance, the last write before it in the original schedule.
+Anti (write-after-read) and output (write-after-write) dependences are memory-based:
+every pair of accesses to the same element, the first before the second.
+
+Example, ``C(i) += A(i, k)`` (S0 initialises C, S1 accumulates):
+    flow   { S0[i] -> S1[i, 0]; S1[i, k] -> S1[i, k + 1] }
+    anti   { S1[i, k] -> S1[i, k'] : k' > k }
+    output { S0[i] -> S1[i, k]; S1[i, k] -> S1[i, k'] : k' > k }
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp import islutil as U
+from polycomp.ir import Program
+
+
+@dataclass(frozen=True, eq=False)
+class Dependences:
+    """Dependences between statement instances, all as isl union maps source -> sink.
+
+    flow     value-based read-after-write
+    anti     memory-based write-after-read
+    output   memory-based write-after-write
+    live_in  reads with no write before them (they read the kernel's inputs)
+    """
+
+    domain: isl.UnionSet
+    flow: isl.UnionMap
+    anti: isl.UnionMap
+    output: isl.UnionMap
+    live_in: isl.UnionMap
+
+    def all(self) -> isl.UnionMap:
+        """Every dependence that constrains a schedule (validity)."""
+        return self.flow.union(self.anti).union(self.output).coalesce()
+
+    def kinds(self) -> list[tuple[str, isl.UnionMap]]:
+        return [("flow", self.flow), ("anti", self.anti), ("output", self.output)]
+
+    def __str__(self) -> str:
+        lines = []
+        for kind, deps in self.kinds():
+            maps = U.maps_of(deps.coalesce())
+            lines.append(f"{kind} ({len(maps)}):" if maps else f"{kind}: none")
+            for m in sorted(maps, key=lambda m: (m.get_tuple_name(isl.dim_type.in_),
+                                                  m.get_tuple_name(isl.dim_type.out))):
+                lines.append(f"  {m.get_tuple_name(isl.dim_type.in_)} -> "
+                             f"{m.get_tuple_name(isl.dim_type.out)}: {m}")
+                distance = _distance(m)
+                if distance:
+                    lines.append(f"      distance {distance}")
+        return "\n".join(lines)
+
+
+def _distance(m: isl.Map) -> str:
+    """The distance vectors of a dependence between instances of one statement."""
+    if m.get_tuple_name(isl.dim_type.in_) != m.get_tuple_name(isl.dim_type.out):
+        return ""
+    return str(m.deltas().coalesce())
+
+
+def compute_dependences(program: Program) -> Dependences:
+    """All dependences of ``program`` under its original (sequential) schedule."""
+    schedule = program.original_schedule
+    reads, writes = program.reads(), program.writes()
+    flow_info = (isl.UnionAccessInfo.from_sink(reads)
+                 .set_must_source(writes)
+                 .set_schedule_map(schedule)
+                 .compute_flow())
+    flow = flow_info.get_may_dependence().coalesce()
+    live_in = flow_info.get_may_no_source().coalesce()
+    order = schedule.lex_lt_union_map(schedule)
+    anti = reads.apply_range(writes.reverse()).intersect(order).coalesce()
+    output = writes.apply_range(writes.reverse()).intersect(order).coalesce()
+    return Dependences(program.domain(), flow, anti, output, live_in)

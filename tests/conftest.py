@@ -1,0 +1,24 @@
+"""Shared test setup: a private kernel cache per test session, and small helpers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_CACHE = tempfile.mkdtemp(prefix="polycomp-test-cache-")
+os.environ["POLYCOMP_CACHE_DIR"] = _CACHE
+
+
+def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest hook signature
+    shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+    if shutil.which(os.environ.get("CC", "gcc").split()[0]) is None:
+        skip = pytest.mark.skip(reason="no C compiler")
+        for item in items:
+            if "needs_cc" in item.keywords:
+                item.add_marker(skip)

@@ -1,0 +1,117 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import polycomp
+from polycomp.errors import ArgumentError, CompilerError
+
+from programs import matmul
+
+pytestmark = pytest.mark.needs_cc
+
+
+@pytest.fixture(scope="module")
+def mm():
+    return polycomp.compile_program(matmul())
+
+
+def arrays(m=8, k=6, n=5, dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return rng.random((m, k)).astype(dtype), rng.random((k, n)).astype(dtype), np.zeros((m, n), dtype)
+
+
+def test_wrong_count(mm):
+    a, b, c = arrays()
+    with pytest.raises(ArgumentError, match="takes 3 argument"):
+        mm(a, b)
+
+
+def test_wrong_dtype(mm):
+    a, b, c = arrays()
+    with pytest.raises(ArgumentError, match="dtype float32"):
+        mm(a.astype(np.float64), b, c)
+
+
+def test_wrong_rank(mm):
+    a, b, c = arrays()
+    with pytest.raises(ArgumentError, match="rank 2"):
+        mm(a.reshape(-1), b, c)
+
+
+def test_inconsistent_sizes(mm):
+    a, b, c = arrays()
+    with pytest.raises(ArgumentError, match="size K"):
+        mm(a, np.zeros((7, 5), np.float32), c)
+
+
+def test_output_too_small_cannot_be_written_past(mm):
+    a, b, _ = arrays()
+    big = np.zeros((100,), np.float32)
+    small = big[:20].reshape(4, 5)  # a view into a larger buffer: must be rejected by shape
+    with pytest.raises(ArgumentError, match="size M"):
+        mm(a, b, small)
+    assert not big.any()
+
+
+def test_not_an_array(mm):
+    a, b, c = arrays()
+    with pytest.raises(ArgumentError, match="numpy array"):
+        mm(a.tolist(), b, c)
+
+
+def test_read_only_output(mm):
+    a, b, c = arrays()
+    c.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        mm(a, b, c)
+
+
+def test_aliasing_output(mm):
+    a = np.zeros((6, 6), np.float32)
+    with pytest.raises(ArgumentError, match="share memory"):
+        mm(a, a, a)
+
+
+def test_non_contiguous_arguments_are_copied_and_written_back(mm):
+    a, b, c = arrays()
+    a_strided = np.asfortranarray(a)
+    c_view = np.zeros((5, 8), np.float32).T  # not C-contiguous
+    mm(a_strided, b[:, :], c_view)
+    np.testing.assert_allclose(c_view, a @ b, rtol=1e-5)
+
+
+def test_missing_compiler_is_a_clear_error():
+    kernel = polycomp.compile_program(matmul(), cc="no-such-compiler-xyz")
+    with pytest.raises(CompilerError, match="not found"):
+        kernel(*arrays())
+
+
+CHILD = textwrap.dedent("""
+    import sys, numpy as np
+    sys.path.insert(0, {tests!r})
+    import polycomp
+    from programs import matmul
+    kernel = polycomp.compile_program(matmul(), scheduler="isl")
+    a = np.ones((64, 32), np.float32); b = np.ones((32, 48), np.float32); c = np.zeros((64, 48), np.float32)
+    kernel(a, b, c)
+    assert (c == 32).all()
+    print("ok")
+""")
+
+
+def test_concurrent_processes_share_the_cache_safely(tmp_path):
+    env = dict(os.environ, POLYCOMP_CACHE_DIR=str(tmp_path / "cache"))
+    code = CHILD.format(tests=os.path.dirname(__file__))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert out.strip() == "ok"
+    libraries = list((tmp_path / "cache").glob("*.so"))
+    assert len(libraries) == 1  # one kernel, one library: no partial or duplicate files
+    assert not list((tmp_path / "cache").glob(".*tmp"))
