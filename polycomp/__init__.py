@@ -2,6 +2,7 @@
 
 Public API:
     compile(source, entry=None, *, sizes=None, **options) -> Kernel     (Tensor Comprehensions)
+    compile_loops(c_source, function=None, **options) -> Kernel         (affine C loop nests)
     compile_program(program, *, sizes=None, **options) -> Kernel        (a Program, e.g. from_isl)
     Program.from_isl(...)                                               (the research door)
     set_num_threads(n)                                                  (OpenMP threads)
@@ -36,6 +37,21 @@ def compile(source: str, entry: str | None = None, *, sizes: Mapping[str, int] |
     return _finish(Kernel(definition, opts), sizes)
 
 
+def compile_loops(c_source: str, function: str | None = None, *,
+                  sizes: Mapping[str, int] | None = None, file: str | None = None,
+                  **options: object) -> Kernel:
+    """Compile an affine C loop nest (a function, or its ``#pragma scop`` region).
+
+    The kernel takes the C function's arguments in order: numpy arrays for arrays
+    (updated in place, as the C function would), Python numbers for scalars and sizes.
+    """
+    from .frontend.loops import parse_c
+
+    opts = Options.create(**options)
+    definition = parse_c(c_source, file=file).get(function)
+    return _finish(Kernel(definition, opts), sizes)
+
+
 def compile_program(program: Program, *, sizes: Mapping[str, int] | None = None,
                     **options: object) -> Kernel:
     """A Kernel for a Program built directly (``Program.from_isl``): every array is an
@@ -61,5 +77,5 @@ def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
     return kernel
 
 
-__all__ = ["compile", "compile_program", "Kernel", "Options", "PolycompError", "Program",
+__all__ = ["compile", "compile_loops", "compile_program", "Kernel", "Options", "PolycompError", "Program",
            "set_num_threads"]

@@ -17,9 +17,9 @@ from .codegen.source import Source
 from .errors import IllegalScheduleError, InternalError
 from .ir import Program, format_statement
 from .options import Options, configure_isl
-from .scheduler import SCHEDULERS, Dependences, compute_dependences
+from .scheduler import Dependences, compute_dependences, get_scheduler
 from .scheduler.legality import check_schedule
-from .scheduler.parallel import mark_parallel
+from .scheduler.passes import run_passes
 from .scheduler.tree import dump
 
 EMITS = ("c", "schedule", "deps", "ir", "ast")
@@ -36,12 +36,10 @@ class Compiled:
 
 
 def schedule_program(program: Program, deps: Dependences, options: Options) -> isl.Schedule:
-    """The scheduler's tree plus the decision passes (parallel marks)."""
+    """The scheduler's tree plus the decision passes (scheduler/passes.py)."""
     configure_isl()
-    schedule = SCHEDULERS[options.scheduler](program, deps, options)
-    if options.parallel:
-        schedule = mark_parallel(schedule, deps)
-    return schedule
+    schedule = get_scheduler(options.scheduler)(program, deps, options)
+    return run_passes(schedule, program, deps, options)
 
 
 def compile_program(program: Program, options: Options) -> Compiled:
@@ -51,6 +49,8 @@ def compile_program(program: Program, options: Options) -> Compiled:
     try:
         check_schedule(schedule, deps)
     except IllegalScheduleError as exc:
+        if options.scheduler == "custom":
+            raise  # the user's schedule: their error, with the broken dependence named
         raise InternalError(f"scheduler '{options.scheduler}' produced an illegal schedule for "
                             f"'{program.name}': {exc.message}") from exc
     return Compiled(program, deps, schedule, generate_c(program, schedule, options))

@@ -18,7 +18,7 @@ import islpy as isl
 from .errors import OptionError
 
 TARGETS = ("openmp",)
-SCHEDULERS = ("none", "isl")
+SCHEDULERS = ("none", "isl", "pluto", "custom")
 FUSIONS = ("smart", "max", "typed", "none")
 
 
@@ -27,19 +27,36 @@ class Options:
     """What to build and how.
 
     target      "openmp": OpenMP C for CPUs.
-    scheduler   "none" (original order) or "isl" (isl's scheduler).
+    scheduler   "none" (original order), "isl" (isl's scheduler), "pluto" (ours), or
+                "custom" (the user's ``schedule``, checked against the dependences).
+    schedule    for scheduler="custom": an isl schedule tree (YAML) or union map, as text.
     parametric  keep sizes as C arguments instead of specialising to constants.
     parallel    mark outermost dependence-free loops ``omp parallel for``.
     fusion      fusion heuristic for schedulers that fuse ("smart", "max", "typed", "none").
+    partition   force fusion groups: tuples of statement names that share a band.
+    tile        tile permutable bands (sizes from ``tile_sizes`` or the cache model).
+    tile_sizes  one size per band member, outermost first (None: the analytical model).
+    l2_tile     add a second level of tiles (L2 tiles of L1 tiles).
+    wavefront   skew tile loops into wavefronts when no outer tile loop is parallel.
+    vectorize   order point loops for stride-1 innermost access and mark them simd.
+    unroll      unroll-and-jam factor for an outer point loop (0 or 1: off).
     cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
     cache       reuse compiled libraries from the on-disk cache.
     """
 
     target: str = "openmp"
     scheduler: str = "isl"
+    schedule: str | None = None
     parametric: bool = False
     parallel: bool = True
     fusion: str = "smart"
+    partition: tuple[tuple[str, ...], ...] | None = None
+    tile: bool = True
+    tile_sizes: tuple[int, ...] | None = None
+    l2_tile: bool = False
+    wavefront: bool = True
+    vectorize: bool = True
+    unroll: int = 4
     cc: str | None = None
     cflags: tuple[str, ...] | None = None
     cache: bool = True
@@ -48,10 +65,25 @@ class Options:
         _check_choice("target", self.target, TARGETS)
         _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("fusion", self.fusion, FUSIONS)
-        for name in ("parametric", "parallel", "cache"):
+        for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
+                     "vectorize"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"option '{name}' must be True or False, "
                                   f"not {getattr(self, name)!r}")
+        if self.scheduler == "custom" and not isinstance(self.schedule, str):
+            raise OptionError("scheduler='custom' needs schedule= (an isl schedule tree or "
+                              "union map, as text)")
+        if self.tile_sizes is not None and (
+                isinstance(self.tile_sizes, (str, bytes)) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.tile_sizes)):
+            raise OptionError(f"option 'tile_sizes' must be positive integers, not {self.tile_sizes!r}")
+        if not isinstance(self.unroll, int) or isinstance(self.unroll, bool) or not 0 <= self.unroll <= 64:
+            raise OptionError(f"option 'unroll' must be an integer from 0 to 64, not {self.unroll!r}")
+        if self.partition is not None and (
+                isinstance(self.partition, str) or not all(
+                    not isinstance(g, str) and all(isinstance(n, str) for n in g) for g in self.partition)):
+            raise OptionError("option 'partition' must be groups of statement names",
+                              hint="e.g. partition=[['S0', 'S1'], ['S2']]")
         if self.cc is not None and (not isinstance(self.cc, str) or not self.cc):
             raise OptionError(f"option 'cc' must be a compiler command name, not {self.cc!r}")
         if self.cflags is not None:
@@ -68,8 +100,12 @@ class Options:
                 close = difflib.get_close_matches(name, sorted(known), n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"known options: {', '.join(sorted(known))}"
                 raise OptionError(f"unknown option '{name}'", hint=hint)
-        if "cflags" in kwargs and isinstance(kwargs["cflags"], list):
-            kwargs["cflags"] = tuple(kwargs["cflags"])
+        for name in ("cflags", "tile_sizes"):
+            if isinstance(kwargs.get(name), list):
+                kwargs[name] = tuple(kwargs[name])  # type: ignore[arg-type]
+        if isinstance(kwargs.get("partition"), (list, tuple)):
+            kwargs["partition"] = tuple(tuple(g) if isinstance(g, (list, tuple)) else g
+                                        for g in kwargs["partition"])  # type: ignore[union-attr]
         return cls(**kwargs)  # type: ignore[arg-type]
 
     def with_(self, **kwargs: object) -> Options:

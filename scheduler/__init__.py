@@ -1,16 +1,28 @@
 """Schedulers and schedule-tree passes (installed as polycomp.scheduler).
 
 Every scheduler is a function ``(Program, Dependences, Options) -> isl.Schedule``;
-``SCHEDULERS`` maps the names users pass as ``scheduler=`` to them.
+``get_scheduler(name)`` returns the one users name with ``scheduler=``.
 """
 
-from .dependences import Dependences, compute_dependences
-from .isl_sched import schedule_isl
-from .original import schedule_original
+from __future__ import annotations
 
+import importlib
+
+from .dependences import Dependences, compute_dependences
+
+# name -> "module:function"; imported on first use so that one scheduler's import cost
+# (or failure) does not touch the others
 SCHEDULERS = {
-    "none": schedule_original,
-    "isl": schedule_isl,
+    "none": "original:schedule_original",
+    "isl": "isl_sched:schedule_isl",
+    "pluto": "pluto:schedule_pluto",
+    "custom": "custom:schedule_custom",
 }
 
-__all__ = ["SCHEDULERS", "Dependences", "compute_dependences"]
+
+def get_scheduler(name: str):
+    module, function = SCHEDULERS[name].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)
+
+
+__all__ = ["SCHEDULERS", "Dependences", "compute_dependences", "get_scheduler"]

@@ -1,0 +1,40 @@
+"""The scheduler "custom": the user's own schedule, checked like any other.
+
+Input: Options.schedule, either an isl schedule tree in YAML (``{ domain: ..., child:
+... }`` or block style) or a union map from statement instances to time
+(``{ S0[i, j] -> [j, i] }``). Output: the tree, restricted to the program's domain. The
+pipeline checks it against the dependences; a violation is the user's
+IllegalScheduleError, naming the broken dependence.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp.errors import IllegalScheduleError, ParseError
+from polycomp.ir import Program
+from polycomp.options import Options
+
+from .dependences import Dependences
+from .original import tree_from_schedule_map
+
+
+def schedule_custom(program: Program, deps: Dependences, options: Options) -> isl.Schedule:
+    text = (options.schedule or "").strip()
+    domain = program.domain()
+    if "domain" in text.split(":")[0] or text.startswith("domain"):
+        try:
+            schedule = isl.Schedule(text)
+        except isl.Error as exc:
+            raise ParseError(f"cannot read the schedule tree: {str(exc).splitlines()[0]}",
+                             hint="give isl's YAML form, e.g. from `polycomp compile --emit schedule`") from None
+        if not domain.is_subset(schedule.get_domain()):
+            raise IllegalScheduleError("the schedule tree's domain does not contain every "
+                                       "statement instance of the program")
+        return schedule.intersect_domain(domain)
+    try:
+        time = isl.UnionMap(text)
+    except isl.Error as exc:
+        raise ParseError(f"cannot read the schedule map: {str(exc).splitlines()[0]}",
+                         hint="e.g. { S0[i, j] -> [j, i] }") from None
+    return tree_from_schedule_map(domain, time)
