@@ -123,6 +123,26 @@ class Kernel:
     def c_source(self) -> str:
         return self._describe().source.text
 
+    def transform(self, edit) -> Kernel:
+        """A new Kernel whose schedule is ``edit(ScheduleEditor)`` applied to this one's
+        (scheduler/transforms.py); every step is checked against the dependences. The new
+        kernel runs exactly the edited schedule (no automatic tiling or vectorisation;
+        parallel loops are added only where the edit placed none). Its schedule is for
+        this kernel's current sizes (or any size, if parametric)."""
+        from .scheduler.transforms import ScheduleEditor
+
+        compiled = self._describe()
+        edited = edit(ScheduleEditor(compiled.schedule, compiled.dependences))
+        if not isinstance(edited, ScheduleEditor):
+            raise TypeError("the edit must return the ScheduleEditor its transforms produce")
+        options = self.options.with_(scheduler="custom", schedule=edited.schedule.to_str(),
+                                     tile=False, vectorize=False, unroll=0)
+        kernel = Kernel(self.definition, options)
+        sizes = dict(compiled.program.sizes)
+        if sizes or options.parametric:
+            kernel.specialize(sizes)
+        return kernel
+
     # ------------------------------------------------------------------ calling
     def __call__(self, *args: object) -> object:
         bound = arguments.bind(self.name, self.interface, args)

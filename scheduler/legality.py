@@ -60,6 +60,8 @@ def check_schedule(schedule: isl.Schedule, deps: Dependences) -> None:
         for mark in (T.MARK_PARALLEL, T.MARK_SIMD):
             if T.is_mark(node, mark):
                 band = node.child(0)
+                while T.is_mark(band):
+                    band = band.child(0)
                 if not T.is_band(band):
                     raise IllegalScheduleError(f"mark '{mark}' is not above a band")
                 carried = carried_by_member(band, 0, everything)

@@ -33,6 +33,8 @@ def mark_parallel(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
             return node, True
         if not T.is_band(node) or _is_marked(node):
             return node, False
+        if _has_mark_below(node):
+            return node, False  # the user placed a parallel loop inside: never nest regions
         for k in range(node.band_n_member()):
             if not _is_loop(node, k):
                 continue
@@ -50,6 +52,10 @@ def mark_parallel(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
 def _is_marked(node: isl.ScheduleNode) -> bool:
     parent = node.parent() if node.has_parent() else None
     return parent is not None and T.is_mark(parent, T.MARK_PARALLEL)
+
+
+def _has_mark_below(node: isl.ScheduleNode) -> bool:
+    return any(T.is_mark(n, T.MARK_PARALLEL) for n in T.subtree(node))
 
 
 def _is_loop(node: isl.ScheduleNode, k: int) -> bool:

@@ -47,11 +47,14 @@ def members_union_map(node: isl.ScheduleNode, members: range) -> isl.UnionMap:
 
 def nodes(schedule: isl.Schedule) -> Iterator[isl.ScheduleNode]:
     """Every node of the tree, parents before children."""
-    def walk(node: isl.ScheduleNode) -> Iterator[isl.ScheduleNode]:
-        yield node
-        for k in range(node.n_children()):
-            yield from walk(node.child(k))
-    return walk(schedule.get_root())
+    return subtree(schedule.get_root())
+
+
+def subtree(node: isl.ScheduleNode) -> Iterator[isl.ScheduleNode]:
+    """``node`` and every node below it, parents before children."""
+    yield node
+    for k in range(node.n_children()):
+        yield from subtree(node.child(k))
 
 
 def rewrite(schedule: isl.Schedule,
