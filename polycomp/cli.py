@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--entry", help="which def (or C function) to compile, if the file has several")
         p.add_argument("--scheduler", default="isl", help="none (original order) or isl (default)")
         p.add_argument("--sizes", default="", help="sizes as NAME=VALUE,NAME=VALUE")
-        p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks of errors")
 
     p = sub.add_parser("compile", help="compile a program and print one stage of the result")
     common(p)
@@ -72,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_run)
 
     p = sub.add_parser("demo", help="compile and run the bundled examples with checks and timings")
-    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks of errors")
     p.add_argument("--quick", action="store_true", help="small sizes only")
     p.set_defaults(handler=_demo)
     return parser

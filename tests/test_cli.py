@@ -1,0 +1,74 @@
+import subprocess
+import sys
+
+import pytest
+
+from polycomp.cli import main
+
+MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}\n"
+BROKEN = "def f(float(N) A) -> (B) {\n  B(i) = A(i) +* 2\n}\n"
+
+
+@pytest.fixture
+def tc_file(tmp_path):
+    path = tmp_path / "mm.tc"
+    path.write_text(MATMUL)
+    return path
+
+
+@pytest.mark.needs_cc
+def test_compile_emits_each_stage(tc_file, capsys):
+    assert main(["compile", str(tc_file), "--sizes", "M=8,N=8,K=8"]) == 0
+    c_text = capsys.readouterr().out
+    assert "int polycomp_matmul(" in c_text and "#pragma omp parallel for" in c_text
+    assert main(["compile", str(tc_file), "--emit", "deps"]) == 0
+    assert "flow" in capsys.readouterr().out
+    assert main(["compile", str(tc_file), "--emit", "schedule", "--scheduler", "none"]) == 0
+    assert "domain:" in capsys.readouterr().out
+    assert main(["compile", str(tc_file), "--emit", "ir"]) == 0
+    assert "S1: C(m, n) += A(m, k) * B(k, n)" in capsys.readouterr().out
+    assert main(["compile", str(tc_file), "--emit", "ranges"]) == 0
+    assert "k in 0:K" in capsys.readouterr().out
+
+
+def test_compile_writes_output_file(tc_file, tmp_path):
+    out = tmp_path / "mm.c"
+    assert main(["compile", str(tc_file), "-o", str(out)]) == 0
+    assert "long M" in out.read_text()  # no sizes: parametric
+
+
+def test_user_error_prints_location_and_exits_1(tmp_path, capsys):
+    bad = tmp_path / "bad.tc"
+    bad.write_text(BROKEN)
+    assert main(["compile", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.tc:2:" in err and "^" in err and "Traceback" not in err
+
+
+def test_bad_sizes_and_missing_file(tc_file, capsys):
+    assert main(["compile", str(tc_file), "--sizes", "M=eight"]) == 1
+    assert "M=512" in capsys.readouterr().err
+    assert main(["compile", "/no/such/file.tc"]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.needs_cc
+def test_run_checks_against_original_order(tc_file, capsys):
+    assert main(["run", str(tc_file), "--sizes", "M=16,N=12,K=8", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "matches scheduler=none" in out and "ms" in out
+
+
+def test_console_script_has_help_everywhere_and_no_traceback(tmp_path):
+    for args in ([], ["compile"], ["run"], ["demo"]):
+        done = subprocess.run([sys.executable, "-m", "polycomp.cli", *args, "--help"],
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and "usage:" in done.stdout
+    bad = tmp_path / "bad.tc"
+    bad.write_text(BROKEN)
+    done = subprocess.run([sys.executable, "-m", "polycomp.cli", "compile", str(bad)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "error:" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "polycomp.cli", "--debug", "compile", str(bad)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" in done.stderr
