@@ -46,8 +46,9 @@ def bind(kernel_name: str, interface: Interface, args: Sequence[object]) -> Boun
             tensors.append((spec, _tensor(kernel_name, spec, value)))
         else:
             bound.values[spec.name] = _scalar(kernel_name, spec, value)
-            if spec.is_size:
-                _bind_size(bound, origin, spec.name, int(bound.values[spec.name]), spec.name)  # type: ignore[call-overload]
+            if spec.is_size:  # a size given as a number may be negative; the context decides
+                _bind_size(bound, origin, spec.name, int(bound.values[spec.name]), spec.name,  # type: ignore[call-overload]
+                           allow_negative=True)
     for spec, array in tensors:  # names first, so that expressions below can use them
         for k, dim in enumerate(spec.dims):
             if isinstance(dim, str):
@@ -118,12 +119,12 @@ def _scalar(kernel: str, spec: ScalarArg, value: object) -> object:
 
 
 def _bind_size(bound: BoundArguments, origin: dict[str, str], name: str, value: int,
-               where: str) -> None:
+               where: str, allow_negative: bool = False) -> None:
     if name in bound.sizes and bound.sizes[name] != value:
         raise ArgumentError(f"size {name} is {bound.sizes[name]} from {origin[name]} but "
                             f"{value} from {where}",
                             hint=f"every use of {name} must have the same extent")
-    if value < 0:
+    if value < 0 and not allow_negative:
         raise ArgumentError(f"size {name} = {value} from {where} is negative")
     bound.sizes.setdefault(name, int(value))
     origin.setdefault(name, where)

@@ -68,8 +68,12 @@ def _distance(m: isl.Map) -> str:
 
 def compute_dependences(program: Program) -> Dependences:
     """All dependences of ``program`` under its original (sequential) schedule."""
-    schedule = program.original_schedule
-    reads, writes = program.reads(), program.writes()
+    # only parameter values in the context matter: a dependence that exists only outside
+    # it would make legal schedules look illegal
+    context = program.context
+    schedule = program.original_schedule.intersect_params(context)
+    reads = program.reads().intersect_params(context)
+    writes = program.writes().intersect_params(context)
     flow_info = (isl.UnionAccessInfo.from_sink(reads)
                  .set_must_source(writes)
                  .set_schedule_map(schedule)
@@ -79,4 +83,4 @@ def compute_dependences(program: Program) -> Dependences:
     order = schedule.lex_lt_union_map(schedule)
     anti = reads.apply_range(writes.reverse()).intersect(order).coalesce()
     output = writes.apply_range(writes.reverse()).intersect(order).coalesce()
-    return Dependences(program.domain(), flow, anti, output, live_in)
+    return Dependences(program.domain().intersect_params(context), flow, anti, output, live_in)
