@@ -8,7 +8,12 @@ with one entry function
 that returns 0, or 1 when a data-dependent index (a gather) fell outside its array (the
 read is then skipped). Arrays are row-major; statement bodies are printed inline with
 the AST's iterator expressions substituted for the statement iterators. A loop under an
-``omp_parallel`` mark gets ``#pragma omp parallel for``.
+``omp_parallel`` mark gets ``#pragma omp parallel for``; its body is outlined into a
+``static`` noinline function that takes the arrays as ``restrict`` parameters again (gcc
+drops ``restrict`` in the function it outlines for an OpenMP region, and without it cannot
+keep values in registers across the jammed statements of a register tile). A loop under
+an ``omp_simd`` mark gets ``#pragma omp simd``, with ``simdlen(n)`` when the mark's id
+carries the lane count n (scheduler/intratile.py).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ def generate_c(program: Program, schedule: isl.Schedule, options: Options) -> So
     names = {p: c_name(p) for p in program.params}
     arguments = _arguments(program)
     emitter = _Emitter(program, names, helpers)
+    emitter.outline_arguments = arguments
     body = emitter.emit(build_ast(program, schedule))
     signature = c.FunctionDeclaration(
         c.Value("int", entry_name(program)),
@@ -58,6 +64,7 @@ def generate_c(program: Program, schedule: isl.Schedule, options: Options) -> So
     parts = [header, PRELUDE]
     if helpers.used:
         parts.append(helpers.text())
+    parts += [str(f) for f in emitter.outlined]
     parts.append(str(function))
     text = "\n\n".join(parts).replace("(void )", "(void)") + "\n"
     return Source(text, "c", entry_name(program), arguments)
@@ -93,6 +100,9 @@ class _Emitter:
         self.arrays = {a.name: (c_name(a.name), [self._extent(build, pa) for pa in a.shape[1:]])
                        for a in program.arrays}
         self.gathers = 0
+        self.scope: list[str] = []  # iterators of the enclosing loops
+        self.outlined: list[c.FunctionBody] = []  # bodies of parallel loops
+        self.outline_arguments: tuple[CArgument, ...] = ()
 
     def _extent(self, build: isl.AstBuild, extent: isl.PwAff) -> Text:
         return ast_expr(build.expr_from_pw_aff(extent), self.names, self.helpers)
@@ -117,20 +127,42 @@ class _Emitter:
     def _expr(self, node: isl.AstExpr) -> Text:
         return ast_expr(node, self.names, self.helpers)
 
-    def _for(self, node: isl.AstNode, pragma: str | None = None) -> c.Generable:
+    def _for(self, node: isl.AstNode, pragma: str | None = None,
+             outline: bool = False) -> c.Generable:
         it = node.for_get_iterator().get_id().get_name()
+        self.scope.append(it)
+        body = self._outline(node.for_get_body()) if outline else self.emit(node.for_get_body())
+        self.scope.pop()
         loop = c.For(f"long {it} = {self._expr(node.for_get_init()).code}",
                      self._expr(node.for_get_cond()).code,
-                     f"{it} += {self._expr(node.for_get_inc()).code}",
-                     self.emit(node.for_get_body()))
+                     f"{it} += {self._expr(node.for_get_inc()).code}", body)
         return c.Collection([c.Pragma(pragma), loop]) if pragma else loop
 
+    def _outline(self, node: isl.AstNode) -> c.Generable:
+        """``node`` as a static function of the enclosing iterators and the entry's
+        arguments (restrict pointers), and the call that replaces it."""
+        gathers = self.gathers
+        body = self.emit(node)
+        name = f"{entry_name(self.program)}_par{len(self.outlined)}"
+        args = [(a, _declarator(a, self.program)) for a in self.outline_arguments]
+        params = [c.Value("long", it) for it in self.scope] + [c.Value(*d) for _, d in args]
+        self.outlined.append(c.FunctionBody(
+            c.FunctionDeclaration(c.Value("static int __attribute__((noinline))", name), params),
+            c.Block([c.Line(f"int {STATUS} = 0;"), body, c.Statement(f"return {STATUS}")])))
+        call = f"{name}({', '.join(self.scope + [d[1] for _, d in args])})"
+        if self.gathers == gathers:
+            return c.Statement(call)
+        return c.If(call, c.Block([c.Pragma("omp atomic write"), c.Statement(f"{STATUS} = 1")]))
+
     def _mark(self, node: isl.AstNode) -> c.Generable:
-        name = node.mark_get_id().get_name()
+        mark = node.mark_get_id()
+        name = mark.get_name()
         inner = node.mark_get_node()
         pragma = {T.MARK_PARALLEL: "omp parallel for", T.MARK_SIMD: "omp simd"}.get(name)
         if pragma and inner.get_type() == node_type.for_:
-            return self._for(inner, pragma)
+            if name == T.MARK_SIMD:
+                pragma += _simdlen(mark)
+            return self._for(inner, pragma, outline=name == T.MARK_PARALLEL)
         return self.emit(inner)  # a loop of one iteration: nothing to parallelise
 
     def _user(self, call: isl.AstExpr) -> c.Generable:
@@ -139,6 +171,16 @@ class _Emitter:
         iterators = dict(zip(stmt.iterators, values))
         printer = ValuePrinter(iterators, self.params, self.scalars, self.arrays, self.helpers)
         return _statement(stmt, printer, self)
+
+
+def _simdlen(mark: isl.Id) -> str:
+    """`` simdlen(n)`` when the mark's id carries a lane count (ids read from text carry
+    none)."""
+    try:
+        lanes = mark.get_user()
+    except TypeError:
+        return ""
+    return f" simdlen({lanes})" if isinstance(lanes, int) and lanes > 1 else ""
 
 
 def _statement(stmt: Statement, printer: ValuePrinter, emitter: _Emitter) -> c.Generable:

@@ -2,13 +2,17 @@
 
 Flow (read-after-write) dependences are value-based: isl's access-info flow analysis
 finds, for every read instance, the last write before it in the original schedule.
-Anti (write-after-read) and output (write-after-write) dependences are memory-based:
-every pair of accesses to the same element, the first before the second.
+Anti (write-after-read) and output (write-after-write) dependences are computed the same
+way, as PPCG does: for every write, the reads since the previous write of that element
+(anti) and that previous write (output). Every memory-based conflict is the end of a
+chain of these, so a schedule that keeps them forward keeps all conflicts forward, and a
+loop that carries none of them carries no conflict; they are far smaller relations,
+which keeps the schedulers fast.
 
 Example, ``C(i) += A(i, k)`` (S0 initialises C, S1 accumulates):
     flow   { S0[i] -> S1[i, 0]; S1[i, k] -> S1[i, k + 1] }
-    anti   { S1[i, k] -> S1[i, k'] : k' > k }
-    output { S0[i] -> S1[i, k]; S1[i, k] -> S1[i, k'] : k' > k }
+    anti   { S1[i, k] -> S1[i, k + 1] }      (S1 reads C(i), the next S1 overwrites it)
+    output { S0[i] -> S1[i, 0]; S1[i, k] -> S1[i, k + 1] }
 """
 
 from __future__ import annotations
@@ -80,7 +84,15 @@ def compute_dependences(program: Program) -> Dependences:
                  .compute_flow())
     flow = flow_info.get_may_dependence().coalesce()
     live_in = flow_info.get_may_no_source().coalesce()
-    order = schedule.lex_lt_union_map(schedule)
-    anti = reads.apply_range(writes.reverse()).intersect(order).coalesce()
-    output = writes.apply_range(writes.reverse()).intersect(order).coalesce()
+    anti = (isl.UnionAccessInfo.from_sink(writes)
+            .set_may_source(reads)
+            .set_kill(writes)
+            .set_schedule_map(schedule)
+            .compute_flow()
+            .get_may_dependence().coalesce())
+    output = (isl.UnionAccessInfo.from_sink(writes)
+              .set_must_source(writes)
+              .set_schedule_map(schedule)
+              .compute_flow()
+              .get_may_dependence().coalesce())
     return Dependences(program.domain().intersect_params(context), flow, anti, output, live_in)

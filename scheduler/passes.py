@@ -1,5 +1,11 @@
 """The passes that run after a scheduler, in order: each (schedule, program, deps,
-options) -> schedule, writing its decisions into the tree as band splits and marks."""
+options) -> schedule, writing its decisions into the tree as band splits and marks.
+
+Order: tiling (new tile and point bands), then parallel (marks the outermost
+dependence-free loop, a tile loop when there is one; never nested), then intra-tile
+(reorders the innermost bands below any parallel mark, marks the innermost loop simd and
+unrolls and jams register tiles inside it). See docs/TILING.md.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +17,16 @@ from polycomp.ir import Program
 from polycomp.options import Options
 
 from .dependences import Dependences
+from .intratile import optimize_tiles
 from .parallel import mark_parallel
+from .tiling import tile_bands
 
 Pass = Callable[[isl.Schedule, Program, Dependences, Options], isl.Schedule]
+
+
+def _tiling(schedule: isl.Schedule, program: Program, deps: Dependences,
+            options: Options) -> isl.Schedule:
+    return tile_bands(schedule, program, deps, options) if options.tile else schedule
 
 
 def _parallel(schedule: isl.Schedule, program: Program, deps: Dependences,
@@ -22,7 +35,9 @@ def _parallel(schedule: isl.Schedule, program: Program, deps: Dependences,
 
 
 PASSES: list[tuple[str, Pass]] = [
+    ("tiling", _tiling),
     ("parallel", _parallel),
+    ("intratile", optimize_tiles),
 ]
 
 

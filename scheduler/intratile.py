@@ -1,0 +1,335 @@
+"""Intra-tile optimisation: loop order inside a tile, SIMD marks, unroll-and-jam.
+
+Input: a schedule tree after tiling and parallelization, the Program, the Dependences and
+Options. Output: the same tree where the point band of every tile (below the tiling
+pass's ``point_band`` mark; its innermost part when the parallel pass split it, and only
+when it is innermost: no band below it) has
+
+1. its members reordered so that the innermost one touches memory with unit stride (or
+   not at all) for most references and carries no dependence: it gets an ``omp_simd``
+   mark (Options.vectorize) in a band of its own;
+2. up to two other members strip-mined by ``Options.unroll`` (unroll-and-jam): the strip
+   member stays where the member was, the point member moves *inside* the SIMD loop and
+   is marked for full unrolling, so isl's AST generator writes the copies one after the
+   other in the body of the vector loop (jammed), sharing loads in registers.
+
+matmul's point band [i, j, k] (below the parallel tile loop), unroll 4::
+
+    band [i, j, k]         band [floor(i/4), floor(k/4)]
+      sequence S0, S1  ->    mark omp_simd
+                               band [j]
+                                 band [i mod 4, k mod 4]   (ast loop type: unroll)
+                                   sequence S0, S1
+
+    for (i4..) for (k4..)
+      #pragma omp simd simdlen(16)
+      for (j..) { C[4i4][j] += A[4i4][4k4] * B[4k4][j]; ... 16 copies }
+
+Legality: reordering and strip-mining the members of a permutable band is legal (it is a
+tiling of that band). A band that is not permutable keeps its order; only its innermost
+member may get the mark. The SIMD member must carry no dependence, checked exactly with
+legality.carried_by_member on the final band: a reduction carried by the innermost loop
+is never marked (another member is made innermost if one qualifies). A member directly
+below an ``omp_parallel`` mark stays first (the mark belongs to it).
+
+Choices. Innermost: the member with the highest stride score (cache_model.stride_score:
+unit-stride references 1, invariant 1/2) among those that carry no dependence, the best
+score overall if none qualifies (then unmarked). Unrolled: members whose copies reuse data
+in registers, scored by the references invariant along the member but not along the
+innermost one (loaded inside the vector loop, shared by every copy), best first.
+
+Bands that were not tiled (too small, or Options.tile off) are left as they are; gcc
+still vectorises what it can prove safe. The ``point_band`` marks are removed, whatever
+the options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polycomp import islutil as U
+from polycomp.ir import Program
+from polycomp.options import Options, configure_isl
+
+from . import cache_model as CM
+from . import tree as T
+from .dependences import Dependences
+from .legality import carried_by_member
+from .tiling import MARK_POINT_BAND, band_extents, replace_band
+
+# at most this many members are unrolled and jammed (unroll² copies of the body)
+MAX_UNROLLED = 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The new band: ``outer`` members (strip members of unrolled ones as floor(m/f)),
+    then ``innermost``, then the unrolled point members (m mod f)."""
+
+    outer: tuple[int, ...]
+    innermost: int
+    unrolled: tuple[int, ...]
+    factor: int
+    simd: bool
+
+
+def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
+                   options: Options) -> isl.Schedule:
+    """Reorder, mark and unroll every innermost band (see the module doc)."""
+    configure_isl()
+    relation = deps.all()
+    enabled = options.vectorize or options.unroll >= 2
+
+    def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if T.is_mark(node, MARK_POINT_BAND):
+            node = node.delete()  # now the point band, or a parallel mark above it
+            return _optimize_points(node, program, relation, options) if enabled else node
+        for k in range(node.n_children()):
+            node = go(node.child(k)).parent()
+        return node
+
+    schedule = go(schedule.get_root()).get_schedule()
+    return separate_guards(schedule) if enabled else schedule
+
+
+def _optimize_points(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
+                     options: Options) -> isl.ScheduleNode:
+    """The innermost band of the chain of bands and parallel marks at ``node``."""
+    if T.is_mark(node, T.MARK_PARALLEL):
+        return _optimize_points(node.child(0), program, deps, options).parent()
+    if not T.is_band(node):
+        return node
+    if node.n_children() == 1 and (T.is_band(node.child(0))
+                                   or T.is_mark(node.child(0), T.MARK_PARALLEL)):
+        return _optimize_points(node.child(0), program, deps, options).parent()
+    if _has_band_below(node):
+        return node
+    return optimize_band(node, program, deps, options)
+
+
+def separate_guards(schedule: isl.Schedule) -> isl.Schedule:
+    """Loops around a SIMD loop over which statements start or stop (matmul's
+    initialisation runs at k = 0 only) get the AST loop type ``separate``: isl then writes
+    one copy of the inner loops per part, without the guard that would otherwise sit in
+    the vector loop. A loop directly under an ``omp_parallel`` mark stays one loop."""
+
+    def go(node: isl.ScheduleNode, inside: bool) -> isl.ScheduleNode:
+        if T.is_mark(node, T.MARK_SIMD):
+            return node
+        if T.is_mark(node, T.MARK_PARALLEL):
+            inside = True
+        if T.is_band(node) and _below(node, T.MARK_SIMD) and (
+                inside or not _below(node, T.MARK_PARALLEL)):
+            first = 1 if T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
+            # with an isolate option only the isolated part is separated: isl (islpy 2026.2)
+            # wrote wrong code (lu) with ``separate`` on the rest of an isolated band too
+            isolated = not node.band_get_ast_isolate_option().is_empty()
+            for k in range(first, node.band_n_member()):
+                if _statements_differ(node, k):
+                    if not isolated:
+                        node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.separate)
+                    node = node.band_member_set_isolate_ast_loop_type(
+                        k, isl.ast_loop_type.separate)
+        for k in range(node.n_children()):
+            node = go(node.child(k), inside).parent()
+        return node
+
+    return go(schedule.get_root(), False).get_schedule()
+
+
+def _below(node: isl.ScheduleNode, mark: str) -> bool:
+    for k in range(node.n_children()):
+        child = node.child(k)
+        if T.is_mark(child, mark) or _below(child, mark):
+            return True
+    return False
+
+
+def _statements_differ(node: isl.ScheduleNode, k: int) -> bool:
+    """Some statement runs on a different range of member k than another."""
+    ranges = [m.range() for m in U.maps_of(T.member_union_map(node, k))]
+    return any(not r.is_equal(ranges[0]) for r in ranges[1:])
+
+
+def _has_band_below(node: isl.ScheduleNode) -> bool:
+    for k in range(node.n_children()):
+        child = node.child(k)
+        if T.is_band(child) or _has_band_below(child):
+            return True
+    return False
+
+
+def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
+                  options: Options) -> isl.ScheduleNode:
+    """One innermost band rewritten; returns the node at the same position."""
+    depth = node.get_tree_depth()
+    plan = plan_band(node, program, deps, options)
+    if plan is None:
+        return node
+    node = apply_plan(node, plan, deps, CM.simd_lanes(_vector_itemsize(node, program, plan)))
+    while node.get_tree_depth() > depth:
+        node = node.parent()
+    return node
+
+
+def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
+              options: Options) -> Plan | None:
+    n = node.band_n_member()
+    pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
+    extents = band_extents(node)
+    loops = [m for m in range(n) if m >= pinned and (extents[m] is None or extents[m] > 1)]
+    if not loops:
+        return None
+    permutable = bool(node.band_get_permutable()) or n == 1
+    refs = CM.band_references(node, program)
+    if permutable:
+        ranked = sorted(loops, key=lambda m: (-CM.stride_score(refs, m), -m))
+    else:
+        ranked = [n - 1] if n - 1 in loops else []  # the order is fixed: only the last
+    if not ranked:
+        return None
+    rest = lambda c: tuple(m for m in range(n) if m != c)  # noqa: E731
+    choice = None
+    for c in ranked:
+        plan = Plan(rest(c) if permutable else tuple(range(c)), c, (), 1, True)
+        if _simd_legal(node, plan, deps, permutable):
+            choice = plan
+            break
+    if choice is None:
+        c = ranked[0]
+        choice = Plan(rest(c) if permutable else tuple(range(c)), c, (), 1, False)
+    if not options.vectorize:
+        choice = Plan(choice.outer, choice.innermost, (), 1, False)
+    if options.unroll >= 2 and permutable:
+        choice = _add_unroll(node, choice, refs, extents, loops, deps, options.unroll)
+    if not choice.simd and not choice.unrolled and not permutable:
+        return None
+    return choice
+
+
+def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],
+                extents: list[int | None], loops: list[int], deps: isl.UnionMap,
+                factor: int) -> Plan:
+    c = plan.innermost
+
+    def score(m: int) -> int:
+        return sum(1 for r in refs if r.invariant(m) and not r.invariant(c))
+
+    candidates = [m for m in loops if m != c and score(m) > 0
+                  and (extents[m] is None or extents[m] >= factor)]
+    candidates.sort(key=lambda m: -score(m))
+    chosen = tuple(sorted(candidates[:MAX_UNROLLED]))
+    while chosen:
+        candidate = Plan(plan.outer, c, chosen, factor, plan.simd)
+        if not plan.simd or _simd_legal(node, candidate, deps, True):
+            return candidate
+        chosen = chosen[:-1]
+    return plan
+
+
+def _simd_legal(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
+                permutable: bool) -> bool:
+    """The innermost member of the planned band carries no dependence."""
+    if not permutable and not plan.unrolled:
+        return carried_by_member(node, plan.innermost, deps).is_empty()
+    band = replace_band(node, plan_schedule(node, plan), deps, permutable)
+    return carried_by_member(band, len(plan.outer), deps).is_empty()
+
+
+def plan_schedule(node: isl.ScheduleNode, plan: Plan) -> isl.MultiUnionPwAff:
+    """The partial schedule of the planned band."""
+    mupa = node.band_get_partial_schedule()
+    factor = isl.Val.int_from_si(U.CTX, plan.factor)
+    members = []
+    for m in plan.outer:
+        upa = mupa.get_at(m)
+        members.append(upa.scale_down_val(factor).floor() if m in plan.unrolled else upa)
+    members.append(mupa.get_at(plan.innermost))
+    members += [mupa.get_at(m).mod_val(factor) for m in plan.unrolled]
+    if not plan.unrolled and len(plan.outer) + 1 == mupa.get_space().dim(isl.dim_type.set):
+        space = mupa.get_space()
+    else:
+        space = isl.Space.set_alloc(U.CTX, 0, len(members)).align_params(mupa.get_space())
+    upas = isl.UnionPwAffList.from_union_pw_aff(members[0])
+    for upa in members[1:]:
+        upas = upas.add(upa)
+    return isl.MultiUnionPwAff.from_union_pw_aff_list(space, upas)
+
+
+def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
+               lanes: int) -> isl.ScheduleNode:
+    """Rewrite the band as planned: [outer] / mark simd / [innermost] / [unrolled]."""
+    n = node.band_n_member()
+    identity = plan.outer == tuple(range(n - 1)) and plan.innermost == n - 1
+    if not identity or plan.unrolled:
+        node = replace_band(node, plan_schedule(node, plan), deps,
+                            bool(node.band_get_permutable()) or n == 1)
+    if not plan.simd and not plan.unrolled:
+        return node  # only the order changed: the band stays whole
+    if plan.outer:
+        node = node.band_split(len(plan.outer)).child(0)
+    if plan.unrolled:
+        node = node.band_split(1).child(0)
+        for k in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.unroll)
+        full = _full_register_tiles(node, len(plan.outer), plan.factor)
+        node = node.parent()
+        outer = node.parent()
+        if full is not None and not T.is_mark(outer.parent(), T.MARK_PARALLEL):
+            node = outer.band_set_ast_build_options(isl.UnionSet(full)).child(0)
+    if plan.simd:
+        node = node.insert_mark(isl.Id(T.MARK_SIMD, user=lanes))
+    return node
+
+
+def _full_register_tiles(unrolled: isl.ScheduleNode, n_outer: int,
+                         factor: int) -> isl.Set | None:
+    """The isolate option for the band above the SIMD loop: the values of its prefix p and
+    members m for which every unrolled copy exists,
+
+        isolate[[p] -> [m]] :  for all c (the SIMD loop) and u in [0, factor)^k,
+                               (p, m, c) scheduled  =>  (p, m, c, u) scheduled
+
+    isl then writes these register tiles apart from the partial ones, without the guards
+    that would otherwise sit in every copy inside the vector loop. None when every register
+    tile is full (no guards to avoid)."""
+    domain = unrolled.get_domain()
+    prefix = unrolled.get_prefix_schedule_union_map().intersect_domain(domain)
+    pairs = prefix.reverse().apply_range(
+        unrolled.band_get_partial_schedule_union_map().intersect_domain(domain))
+    maps = U.maps_of(pairs)
+    if not maps:
+        return None
+    scheduled = maps[0]
+    for m in maps[1:]:
+        scheduled = scheduled.union(m)
+    n_unrolled = unrolled.band_n_member()
+    n_pm = scheduled.dim(isl.dim_type.in_) - 1  # (p, m) and then the SIMD loop c
+    n_p = n_pm - n_outer
+    box = isl.Set.universe(isl.Space.set_alloc(U.CTX, 0, n_unrolled))
+    for k in range(n_unrolled):
+        box = box.lower_bound_val(isl.dim_type.set, k, isl.Val.zero(U.CTX))
+        box = box.upper_bound_val(isl.dim_type.set, k, isl.Val.int_from_si(U.CTX, factor - 1))
+    loops = scheduled.domain()
+    wanted = loops.flat_product(box.align_params(loops.get_space()))
+    missing = wanted.subtract(scheduled.wrap().flatten())
+    if missing.is_empty():
+        return None
+    partial = missing.project_out(isl.dim_type.set, n_pm, 1 + n_unrolled)
+    full = loops.project_out(isl.dim_type.set, n_pm, 1).subtract(partial).coalesce()
+    if full.is_empty():
+        return None
+    hull = full.polyhedral_hull().to_set()
+    if hull.is_subset(full):
+        full = hull  # isl isolates convex sets only; tile conditions usually are convex
+    as_map = isl.Map.from_range(full).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, n_p)
+    return as_map.wrap().set_tuple_name("isolate")
+
+
+def _vector_itemsize(node: isl.ScheduleNode, program: Program, plan: Plan) -> int:
+    """The widest element that the vector loop loads or stores with unit stride."""
+    sizes = [r.itemsize for r in CM.band_references(node, program)
+             if r.unit_stride(plan.innermost) and not r.invariant(plan.innermost)]
+    return max(sizes, default=4)

@@ -1,0 +1,247 @@
+"""Tiling: rectangular tiles for every permutable band, optional second level, wavefronts.
+
+Input: a schedule tree whose bands carry correct permutable flags, the Program, the
+Dependences and Options. Output: the same instances in a new order, with each tiled band
+replaced by a tile band (which tile) above a point band (which point inside the tile).
+A band is tileable iff it is permutable: every dependence not carried further out has a
+non-negative distance on every member, so the tile loops may run in any order.
+
+    band [i, j, k]  permutable           band [floor(i/32), floor(j/32), floor(k/8)]  (tiles)
+      sequence S0, S1              ->      band [i mod 32, j mod 32, k mod 8]         (points)
+                                              sequence S0, S1
+
+that is, for matmul with sizes (32, 32, 8) (isl options: tile loops count tiles, point
+loops start at 0):
+
+    { S1[i, j, k] -> [floor(i/32), floor(j/32), floor(k/8), i mod 32, j mod 32, k mod 8, 1] }
+
+Which bands: the outermost permutable band on each path with at least two loop members
+(members that take more than one value), and, when the cache model picks the sizes, some
+reference reused inside the band (cache_model.has_reuse: a spatial stencil sweep streams
+through its data once, tiled or not). A one-member band is never tiled: strip-mining
+alone, [floor(i/T), i mod T], visits the instances in the same order as [i] and gains
+nothing; locality comes from interchanging point loops inward past other loops, which
+needs a second member. A band whose every member fits in one tile is left alone too.
+
+Sizes: ``Options.tile_sizes`` (outermost first; a shorter list repeats its last size) or
+the cache model (scheduler/cache_model.py). ``Options.l2_tile`` adds a level: tiles of
+tiles sized for L2, holding tiles sized for L1.
+
+Wavefront (``Options.wavefront``): when no member of the tile band is parallel (seidel,
+time-tiled stencils) the tile loops are skewed, ``(T0, T1, ...) -> (T0 + T1, T1, ...)``.
+Tile-level distances are componentwise non-negative (the band is permutable), so two tiles
+in the same front ``T0 + T1`` cannot depend on each other through T1: the second loop
+becomes parallel, and the parallel pass marks it. Each front is one ``omp parallel for``.
+
+Coincident flags of every band this pass writes are recomputed exactly (a member is
+coincident iff every dependence that reaches the band with equal outer schedule has
+distance 0 on it). A ``point_band`` mark above each point band tells the intra-tile pass
+(scheduler/intratile.py) where the tiles' insides are; that pass removes the marks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import islpy as isl
+
+from polycomp import islutil as U
+from polycomp.ir import Program
+from polycomp.options import Options, configure_isl
+
+from . import cache_model as CM
+from . import tree as T
+from .dependences import Dependences
+from .legality import is_parallel_member
+
+# The cache level that one level of tiles fills (the level below is served by the order
+# of the point loops: a register tile plus one row of the stride-1 loop). With l2_tile the
+# inner tiles fill L1 and the outer ones L2.
+SINGLE_LEVEL = 2
+TWO_LEVELS = (2, 1)
+# the model leaves at least this many tiles along each member up to the first parallel one
+# (both first members when none is parallel: the wavefront needs tiles along both)
+MIN_TILES = 4
+
+# A mark above the point band of a tile (read and removed by scheduler/intratile.py).
+MARK_POINT_BAND = "point_band"
+
+
+def tile_bands(schedule: isl.Schedule, program: Program, deps: Dependences,
+               options: Options) -> isl.Schedule:
+    """Tile every outermost permutable band of two or more loops (see the module doc)."""
+    configure_isl()
+    relation = deps.all()
+
+    def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if T.is_band(node) and _tileable(node, relation):
+            tiled = _tile(node, program, relation, options)
+            if tiled is not None:
+                return tiled
+        for k in range(node.n_children()):
+            node = go(node.child(k)).parent()
+        return node
+
+    return go(schedule.get_root()).get_schedule()
+
+
+def _tileable(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
+    """Flagged permutable (and really so: a hand-written tree may claim too much), with at
+    least two loop members."""
+    return (bool(node.band_get_permutable())
+            and sum(1 for e in band_extents(node) if e is None or e > 1) >= 2
+            and is_permutable(node, deps))
+
+
+def is_permutable(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
+    """Every dependence that reaches the band with equal outer schedule goes forward or
+    stays on every member: { s -> t : φ_k(s) > φ_k(t) } holds for none of them."""
+    live = _live(node, deps)
+    for k in range(node.band_n_member()):
+        member = T.member_union_map(node, k)
+        if not live.intersect(member.lex_gt_union_map(member)).is_empty():
+            return False
+    return True
+
+
+def _live(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.UnionMap:
+    """The dependences between instances of the band whose ends run at the same outer
+    schedule (the others are carried further out)."""
+    domain = node.get_domain()
+    prefix = node.get_prefix_schedule_union_map()
+    return (deps.intersect_domain(domain).intersect_range(domain)
+            .intersect(prefix.apply_range(prefix.reverse())))
+
+
+def _tile(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
+          options: Options) -> isl.ScheduleNode | None:
+    """The tiled band (the node at the same position), or None when tiling gains nothing."""
+    extents = band_extents(node)
+    if not options.tile_sizes:
+        loops = [m for m, e in enumerate(extents) if e is None or e > 1]
+        if not CM.has_reuse(CM.band_references(node, program), loops):
+            return None
+    levels = tile_sizes(node, program, options, deps)
+    inner = levels[-1]
+    if all(e is not None and e <= s for e, s in zip(extents, inner)):
+        return None
+    node = tile_band(node, inner, deps)
+    node = node.child(0).insert_mark(isl.Id(MARK_POINT_BAND)).parent()
+    if len(levels) > 1:
+        ratio = [max(1, outer // size) for outer, size in zip(levels[0], inner)]
+        if any(r > 1 for r in ratio):
+            node = tile_band(node, ratio, deps)
+    if options.wavefront:
+        node = wavefront(node, deps)
+    return node
+
+
+def tile_sizes(node: isl.ScheduleNode, program: Program, options: Options,
+               deps: isl.UnionMap | None = None) -> list[tuple[int, ...]]:
+    """Sizes per level, outermost level first, one size per band member."""
+    n = node.band_n_member()
+    if options.tile_sizes:
+        given = list(options.tile_sizes)
+        inner = tuple(given[min(k, len(given) - 1)] for k in range(n))
+        if not options.l2_tile:
+            return [inner]
+        outer = model_sizes(node, program, options, TWO_LEVELS[0], deps)
+        return [tuple(max(o, s) for o, s in zip(outer, inner)), inner]
+    if not options.l2_tile:
+        return [model_sizes(node, program, options, SINGLE_LEVEL, deps)]
+    return [model_sizes(node, program, options, level, deps) for level in TWO_LEVELS]
+
+
+def model_sizes(node: isl.ScheduleNode, program: Program, options: Options,
+                level: int, deps: isl.UnionMap | None = None) -> tuple[int, ...]:
+    """Tile sizes from the cache model for the given cache level."""
+    refs = CM.band_references(node, program)
+    extents = band_extents(node)
+    loops = [m for m, e in enumerate(extents) if e is None or e > 1]
+    innermost = CM.innermost_candidate(refs, loops) if options.vectorize else None
+    itemsize = min((r.itemsize for r in refs), default=4)
+    caches = CM.cache_sizes()
+    capacity = CM.CACHE_FRACTION * caches[level]
+    row = CM.CACHE_FRACTION * caches[max(1, level - 1)]  # the vector loop's row: L1
+    unroll = options.unroll if options.unroll >= 2 else 1
+    choice = CM.choose_tile_sizes(refs, extents, capacity, unroll=unroll,
+                                  lanes=CM.simd_lanes(itemsize), innermost=innermost,
+                                  row_capacity=row, limits=_limits(node, extents, deps))
+    return choice.sizes
+
+
+def _limits(node: isl.ScheduleNode, extents: list[int | None],
+            deps: isl.UnionMap | None) -> list[int | None]:
+    """Extents, divided by MIN_TILES for the members that parallel loops come from."""
+    loops = [m for m, e in enumerate(extents) if e is None or e > 1]
+    first = next((m for m in loops if deps is not None and is_parallel_member(node, m, deps)),
+                 None)
+    spread = loops[:loops.index(first) + 1] if first is not None else loops[:2]
+    return [max(1, e // MIN_TILES) if m in spread and e is not None else e
+            for m, e in enumerate(extents)]
+
+
+def band_extents(node: isl.ScheduleNode) -> list[int | None]:
+    """Per member: how many values it takes over the band's instances (None: depends on
+    a size parameter)."""
+    out: list[int | None] = []
+    for k in range(node.band_n_member()):
+        lo: int | None = None
+        hi: int | None = None
+        unknown = False
+        for values in U.sets_of(T.member_union_map(node, k).range()):
+            vmin, vmax = values.dim_min_val(0), values.dim_max_val(0)
+            if not (vmin.is_int() and vmax.is_int()):
+                unknown = True
+                break
+            a, b = int(vmin.to_python()), int(vmax.to_python())
+            lo = a if lo is None else min(lo, a)
+            hi = b if hi is None else max(hi, b)
+        out.append(None if unknown else 1 if lo is None or hi is None else hi - lo + 1)
+    return out
+
+
+def tile_band(node: isl.ScheduleNode, sizes: Sequence[int],
+              deps: isl.UnionMap) -> isl.ScheduleNode:
+    """``band_tile`` with one size per member; returns the tile band (the point band is its
+    child), both with exact coincident flags."""
+    mv = isl.MultiVal.zero(node.band_get_space())
+    for k, size in enumerate(sizes):
+        mv = mv.set_at(k, int(size))
+    node = node.band_tile(mv)
+    node = set_coincidence(node.child(0), deps).parent()
+    return set_coincidence(node, deps)
+
+
+def wavefront(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.ScheduleNode:
+    """Skew the tile band ``(T0, T1, ...) -> (T0 + T1, T1, ...)`` when none of its members
+    is parallel and the skew makes T1 parallel; otherwise return it unchanged."""
+    n = node.band_n_member()
+    if n < 2 or any(is_parallel_member(node, k, deps) for k in range(n)):
+        return node
+    mupa = node.band_get_partial_schedule()
+    skewed = mupa.set_at(0, mupa.get_at(0).add(mupa.get_at(1)))
+    candidate = replace_band(node, skewed, deps)
+    if not is_parallel_member(candidate, 1, deps):
+        return node
+    return candidate
+
+
+def replace_band(node: isl.ScheduleNode, mupa: isl.MultiUnionPwAff,
+                 deps: isl.UnionMap, permutable: bool = True) -> isl.ScheduleNode:
+    """The band at ``node`` replaced by one with partial schedule ``mupa`` (the caller
+    guarantees that the order is legal); returns the new band."""
+    node = node.delete().insert_partial_schedule(mupa)
+    node = node.band_set_permutable(int(permutable))
+    return set_coincidence(node, deps)
+
+
+def set_coincidence(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.ScheduleNode:
+    """Exact coincident flags: member k is coincident iff every dependence whose ends run
+    at the same outer schedule has distance 0 on member k."""
+    live = _live(node, deps)
+    for k in range(node.band_n_member()):
+        member = T.member_union_map(node, k)
+        moving = live.subtract(member.apply_range(member.reverse()))
+        node = node.band_member_set_coincident(k, int(moving.is_empty()))
+    return node
