@@ -49,6 +49,11 @@ void f(int n, double *A) {
     A[i] = 0;
 }
 """),
+    Bad('no_parameter_list', ParseError, 1, 6, "'f' is defined without a parameter l", """\
+void f {
+  int i;
+}
+"""),
     Bad('while', UnsupportedError, 3, 3, "'while' loops cannot appear in a S", """\
 void f(int n, double A[n]) {
   int i;

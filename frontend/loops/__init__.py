@@ -28,7 +28,8 @@ from collections.abc import Mapping
 import islpy as isl
 from pycparser import c_ast
 
-from polycomp.errors import DuplicateNameError, PolycompError, UnknownNameError, UnsupportedError
+from polycomp.errors import (DuplicateNameError, ParseError, PolycompError, UnknownNameError,
+                             UnsupportedError)
 from polycomp.ir import Interface, Program
 
 from .lower import FunctionLowering, Lowered
@@ -55,6 +56,11 @@ def parse_c(text: str, file: str | None = None) -> CModule:
                 typedefs[ext.name] = list(ext.type.type.names)
             elif isinstance(ext, c_ast.FuncDef):
                 name = ext.decl.name
+                if not isinstance(ext.decl.type, c_ast.FuncDecl):
+                    # newer pycparser accepts `void f { ... }` as a definition
+                    raise ParseError(f"'{name}' is defined without a parameter list",
+                                     source.location(ext.decl.coord.line, ext.decl.coord.column),
+                                     hint=f"write '{name}(void)' or list its parameters")
                 if name in functions:
                     raise DuplicateNameError(f"function '{name}' is defined twice",
                                              source.location(ext.decl.coord.line,
