@@ -27,7 +27,7 @@ from polycomp.ir import Program, Statement
 from polycomp.options import Options
 from polycomp.scheduler import tree as T  # mark names
 
-from .ast import build_ast, expression_builder
+from .ast import build_ast, expression_builder, loop_iterator
 from .cexpr import ADD, CTYPES, PRIMARY, Helpers, Text, ValuePrinter, ast_expr
 from .names import c_name
 from .source import CArgument, Source
@@ -156,10 +156,13 @@ class _Emitter:
 
     def _mark(self, node: isl.AstNode) -> c.Generable:
         mark = node.mark_get_id()
-        name = mark.get_name()
+        name, _, depth = mark.get_name().partition("@")
         inner = node.mark_get_node()
         pragma = {T.MARK_PARALLEL: "omp parallel for", T.MARK_SIMD: "omp simd"}.get(name)
-        if pragma and inner.get_type() == node_type.for_:
+        # the marked member's own loop only: when it takes a single value isl writes no
+        # loop for it, and the loop found here is a deeper member's, maybe not parallel
+        if (pragma and inner.get_type() == node_type.for_ and depth
+                and inner.for_get_iterator().get_id().get_name() == loop_iterator(int(depth))):
             if name == T.MARK_SIMD:
                 pragma += _simdlen(mark)
             return self._for(inner, pragma, outline=name == T.MARK_PARALLEL)

@@ -43,7 +43,7 @@ class Dependences:
 
     def all(self) -> isl.UnionMap:
         """Every dependence that constrains a schedule (validity)."""
-        return self.flow.union(self.anti).union(self.output).coalesce()
+        return self.flow.union(self.anti).union(self.output)
 
     def kinds(self) -> list[tuple[str, isl.UnionMap]]:
         return [("flow", self.flow), ("anti", self.anti), ("output", self.output)]
@@ -82,17 +82,17 @@ def compute_dependences(program: Program) -> Dependences:
                  .set_must_source(writes)
                  .set_schedule_map(schedule)
                  .compute_flow())
-    flow = flow_info.get_may_dependence().coalesce()
+    flow = flow_info.get_may_dependence()
     live_in = flow_info.get_may_no_source().coalesce()
     anti = (isl.UnionAccessInfo.from_sink(writes)
             .set_may_source(reads)
             .set_kill(writes)
             .set_schedule_map(schedule)
             .compute_flow()
-            .get_may_dependence().coalesce())
+            .get_may_dependence())
     output = (isl.UnionAccessInfo.from_sink(writes)
               .set_must_source(writes)
               .set_schedule_map(schedule)
               .compute_flow()
-              .get_may_dependence().coalesce())
+              .get_may_dependence())
     return Dependences(program.domain().intersect_params(context), flow, anti, output, live_in)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polycomp import islutil as U
-
 from . import tree as T
 from .dependences import Dependences
 from .legality import is_parallel_member
@@ -59,9 +57,12 @@ def _has_mark_below(node: isl.ScheduleNode) -> bool:
 
 
 def _is_loop(node: isl.ScheduleNode, k: int) -> bool:
-    """A member that takes more than one value for some statement (else it is no loop)."""
-    for m in U.maps_of(T.member_union_map(node, k)):
-        values = m.range()
-        if not values.lexmin().is_equal(values.lexmax()):
-            return True
-    return False
+    """A member that takes more than one value for some values of the loops around it
+    (else isl writes no loop for it: after a wavefront, a tile loop can be a function of
+    the wavefront loop)."""
+    domain = node.get_domain()
+    outer = node.get_prefix_schedule_union_map().intersect_domain(domain).flat_range_product(
+        T.members_union_map(node, range(k)))
+    member = T.member_union_map(node, k).intersect_domain(domain)
+    same_outer = outer.apply_range(outer.reverse())
+    return not same_outer.subtract(member.apply_range(member.reverse())).is_empty()

@@ -57,12 +57,14 @@ def test_distribute_then_fuse_round_trips(mm_editor):
 
 @pytest.mark.needs_cc
 def test_kernel_transform_runs_the_edited_schedule():
-    kernel = polycomp.compile_program(matmul(), sizes={"M": 40, "N": 24, "K": 16})
-    tiled = kernel.transform(lambda s: s.tile("S1", [16, 8, 8]).parallelize("S1"))
+    # the tiles of tiles: the outer loop, the one parallelized, must have several
+    # iterations (isl writes no loop for a member that takes one value, and no pragma)
+    kernel = polycomp.compile_program(matmul(), sizes={"M": 400, "N": 24, "K": 16})
+    tiled = kernel.transform(lambda s: s.tile("S1", [2, 2, 2]).parallelize("S1"))
     assert "#pragma omp parallel for" in tiled.c_source
     rng = np.random.default_rng(0)
-    a, b = rng.random((40, 16), np.float32), rng.random((16, 24), np.float32)
-    c = np.zeros((40, 24), np.float32)
+    a, b = rng.random((400, 16), np.float32), rng.random((16, 24), np.float32)
+    c = np.zeros((400, 24), np.float32)
     tiled(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
 
