@@ -32,9 +32,12 @@ legality.carried_by_member on the final band: a reduction carried by the innermo
 is never marked (another member is made innermost if one qualifies). A member directly
 below an ``omp_parallel`` mark stays first (the mark belongs to it).
 
-Choices. Innermost: the member with the highest stride score (cache_model.stride_score:
-unit-stride references 1, invariant 1/2) among those that carry no dependence, the best
-score overall if none qualifies (then unmarked). Unrolled: members whose copies reuse data
+Choices. Innermost: members along which no reference jumps in memory (no gathers or
+scatters) first, then the highest stride score (cache_model.stride_score: unit-stride
+references 1, invariant 1/2); the first of these that carries no dependence is marked, the
+first overall if none qualifies (then unmarked). Nor is one marked when it needs gathers
+while the first member needs none: a scalar reduction along a row beats SIMD down a
+column (row sums: 0.36 ms against 21 ms at 1024², and gcc takes seconds on the gathers). Unrolled: members whose copies reuse data
 in registers, scored by the references invariant along the member but not along the
 innermost one (loaded inside the vector loop, shared by every copy), best first.
 
@@ -185,7 +188,7 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     permutable = bool(node.band_get_permutable()) or n == 1
     refs = CM.band_references(node, program)
     if permutable:
-        ranked = sorted(loops, key=lambda m: (-CM.stride_score(refs, m), -m))
+        ranked = sorted(loops, key=lambda m: (_strided(refs, m), -CM.stride_score(refs, m), -m))
     else:
         ranked = [n - 1] if n - 1 in loops else []  # the order is fixed: only the last
     if not ranked:
@@ -197,7 +200,9 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
         if _simd_legal(node, plan, deps, permutable):
             choice = plan
             break
-    if choice is None:
+    if choice is None or (_strided(refs, choice.innermost) and not _strided(refs, ranked[0])):
+        # no vector loop without gathers where a loop with none exists (softmax's row
+        # reduction: better a scalar reduction over a row than SIMD down a column)
         c = ranked[0]
         choice = Plan(rest(c) if permutable else tuple(range(c)), c, (), 1, False)
     if not options.vectorize:
@@ -207,6 +212,13 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     if not choice.simd and not choice.unrolled and not permutable:
         return None
     return choice
+
+
+def _strided(refs: list[CM.Reference], m: int) -> bool:
+    """Some reference jumps in memory along member m (a gather or scatter in SIMD code).
+    References of statements that member m does not move (steps None) do not count."""
+    return any(all(row[m] is not None for row in r.steps)
+               and not r.invariant(m) and not r.unit_stride(m) for r in refs)
 
 
 def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],

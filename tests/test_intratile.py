@@ -103,11 +103,32 @@ def test_full_register_tiles_are_isolated_from_partial_ones():
     assert runs
 
 
-def test_a_reduction_on_the_unit_stride_loop_makes_the_other_loop_innermost():
+def column_sums() -> Program:
+    """s[j] += A[i, j]: the unit-stride loop j carries nothing; i carries the reduction."""
+    return Program.from_isl(
+        "column_sums", arrays={"A": ("float64", ("M", "N")), "s": ("float64", ("N",))},
+        statements=[
+            dict(domain="[N] -> { S0[j] : 0 <= j < N }", write="{ S0[j] -> s[j] }", reads=[],
+                 body=lambda: 0),
+            dict(domain="[M, N] -> { S1[i, j] : 0 <= i < M and 0 <= j < N }",
+                 write="{ S1[i, j] -> s[j] }", reads=["{ S1[i, j] -> A[i, j] }"],
+                 body=lambda a: a, reduction="+")])
+
+
+def test_a_reduction_on_the_unit_stride_loop_is_not_traded_for_simd_with_gathers():
+    # s[i] += A[i, j]: SIMD along i would gather A down a column; the row loop j stays
+    # innermost, a scalar reduction, unmarked
     program = row_sums()
     schedule, deps = scheduled(program, scheduler="isl", tile_sizes=(8, 8))
+    assert not marks(schedule, T.MARK_SIMD)
+    check_schedule(schedule, deps)
+
+
+def test_a_reduction_moves_outward_when_a_gather_free_loop_can_be_simd():
+    program = column_sums()
+    schedule, deps = scheduled(program, scheduler="isl", tile_sizes=(8, 8))
     band = simd_band(schedule)
-    expect_member(band, 0, program, "S1", "[M, N] -> { S1[i, j] -> [i mod 8] }")
+    expect_member(band, 0, program, "S1", "[M, N] -> { S1[i, j] -> [j mod 8] }")
     check_schedule(schedule, deps)
 
 
