@@ -71,7 +71,7 @@ EXAMPLE_LIST = [
 ]
 
 
-def run_demo(quick: bool = False, schedulers: tuple[str, ...] = ("none", "isl")) -> int:
+def run_demo(quick: bool = False, schedulers: tuple[str, ...] = ("none", "isl", "pluto")) -> int:
     import polycomp
 
     rng = np.random.default_rng(0)

@@ -75,11 +75,14 @@ def format_program(program: Program) -> str:
 
 
 def emit(compiled: Compiled, what: str) -> str:
-    """One stage as text: c, schedule (block YAML), deps, ir, ast (isl's own C)."""
+    """One stage as text: c, schedule (hyperplanes per statement, what each band member
+    carries, then the tree as block YAML), deps, ir, ast (isl's own C)."""
     if what == "c":
         return compiled.source.text
     if what == "schedule":
-        return dump(compiled.schedule)
+        from .scheduler.describe import describe_schedule
+        return (describe_schedule(compiled.schedule, compiled.dependences)
+                + "\n\nschedule tree:\n" + dump(compiled.schedule))
     if what == "deps":
         return str(compiled.dependences)
     if what == "ir":

@@ -7,7 +7,10 @@ way, as PPCG does: for every write, the reads since the previous write of that e
 (anti) and that previous write (output). Every memory-based conflict is the end of a
 chain of these, so a schedule that keeps them forward keeps all conflicts forward, and a
 loop that carries none of them carries no conflict; they are far smaller relations,
-which keeps the schedulers fast.
+which keeps the schedulers fast. The relations are deliberately not coalesced: isl would
+merge a stencil's neighbour reads into one polyhedron with many faces (heat-3d's seven
+become an octahedron), whose Farkas dual makes the schedulers run for minutes; the
+printout coalesces for reading only.
 
 Example, ``C(i) += A(i, k)`` (S0 initialises C, S1 accumulates):
     flow   { S0[i] -> S1[i, 0]; S1[i, k] -> S1[i, k + 1] }

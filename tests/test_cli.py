@@ -25,6 +25,11 @@ def test_compile_emits_each_stage(tc_file, capsys):
     assert "flow" in capsys.readouterr().out
     assert main(["compile", str(tc_file), "--emit", "schedule", "--scheduler", "none"]) == 0
     assert "domain:" in capsys.readouterr().out
+    # what Pluto found: a hyperplane per statement and band member, what each carries
+    assert main(["compile", str(tc_file), "--emit", "schedule", "--scheduler", "pluto"]) == 0
+    schedule_text = capsys.readouterr().out
+    assert "S1: (" in schedule_text and "permutable" in schedule_text
+    assert "carries:" in schedule_text and "domain:" in schedule_text
     assert main(["compile", str(tc_file), "--emit", "ir"]) == 0
     assert "S1: C(m, n) += A(m, k) * B(k, n)" in capsys.readouterr().out
     assert main(["compile", str(tc_file), "--emit", "ranges"]) == 0

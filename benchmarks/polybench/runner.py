@@ -285,22 +285,30 @@ def run_kernel(kdef: defs.KernelDef, size: str, variants: Sequence[VariantSpec],
 
 def run_suite(kernels: Sequence[defs.KernelDef], size: str, variants: Sequence[VariantSpec],
               repeat: int = 5, budget: float = 20.0, show_progress: bool = True) -> list[Result]:
-    """Every kernel x variant, with a tqdm progress bar on stderr."""
+    """Every kernel x variant, with a tqdm progress bar on stderr (a line per variant
+    when tqdm is not installed)."""
     try:
         from tqdm import tqdm  # noqa: PLC0415
     except ImportError:  # pragma: no cover
         tqdm = None
     bar = None
+    total = len(kernels) * len(variants)
     if tqdm is not None:
-        bar = tqdm(total=len(kernels) * len(variants), unit="variant", file=sys.stderr,
+        bar = tqdm(total=total, unit="variant", file=sys.stderr,
                    disable=not show_progress, dynamic_ncols=True)
     last = [0]
+    done = [0]
+    start = time.perf_counter()
 
     def progress(text: str) -> None:
         if bar is not None:
             bar.set_description(text[:40])
             bar.update(last[0])
             last[0] = 1
+        elif show_progress:
+            done[0] += 1
+            print(f"[{done[0]}/{total}, {time.perf_counter() - start:.0f} s] {text}",
+                  file=sys.stderr, flush=True)
 
     results: list[Result] = []
     with peers.BigStackWorker() as worker:
