@@ -80,9 +80,10 @@ def emit(compiled: Compiled, what: str) -> str:
     if what == "c":
         return compiled.source.text
     if what == "schedule":
+        from .scheduler.custom import SCHEDULE_TREE_HEADING
         from .scheduler.describe import describe_schedule
         return (describe_schedule(compiled.schedule, compiled.dependences)
-                + "\n\nschedule tree:\n" + dump(compiled.schedule))
+                + f"\n\n{SCHEDULE_TREE_HEADING}\n" + dump(compiled.schedule))
     if what == "deps":
         return str(compiled.dependences)
     if what == "ir":

@@ -1,7 +1,8 @@
 """The scheduler "custom": the user's own schedule, checked like any other.
 
 Input: Options.schedule, either an isl schedule tree in YAML (``{ domain: ..., child:
-... }`` or block style) or a union map from statement instances to time
+... }`` or block style, alone or as ``polycomp compile --emit schedule`` prints it) or a
+union map from statement instances to time
 (``{ S0[i, j] -> [j, i] }``). Output: the tree, restricted to the program's domain. The
 pipeline checks it against the dependences; a violation is the user's
 IllegalScheduleError, naming the broken dependence.
@@ -18,9 +19,14 @@ from polycomp.options import Options
 from .dependences import Dependences
 from .original import tree_from_schedule_map
 
+# the line before the YAML tree in `polycomp compile --emit schedule` (polycomp/driver.py)
+SCHEDULE_TREE_HEADING = "schedule tree:"
+
 
 def schedule_custom(program: Program, deps: Dependences, options: Options) -> isl.Schedule:
     text = (options.schedule or "").strip()
+    if SCHEDULE_TREE_HEADING in text:  # the whole of `--emit schedule`: keep the tree
+        text = text.split(SCHEDULE_TREE_HEADING, 1)[1].strip()
     domain = program.domain()
     if "domain" in text.split(":")[0] or text.startswith("domain"):
         try:

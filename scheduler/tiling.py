@@ -87,7 +87,11 @@ def tile_bands(schedule: isl.Schedule, program: Program, deps: Dependences,
 
 def _tileable(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
     """Flagged permutable (and really so: a hand-written tree may claim too much), with at
-    least two loop members."""
+    least two loop members, and not decided already: no loop mark below it and no subtree
+    that isl cannot tile (a tree read back from ``--emit schedule`` is tiled and marked)."""
+    if node.is_subtree_anchored() or any(
+            T.is_mark(n, T.MARK_PARALLEL) or T.is_mark(n, T.MARK_SIMD) for n in T.subtree(node)):
+        return False
     return (bool(node.band_get_permutable())
             and sum(1 for e in band_extents(node) if e is None or e > 1) >= 2
             and is_permutable(node, deps))

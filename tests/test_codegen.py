@@ -67,3 +67,24 @@ def test_jacobi_matches_numpy():
         ref_a[1:-1] = ref_b[1:-1]
     kernel(5, a, b)
     np.testing.assert_allclose(a, ref_a, rtol=1e-12)
+
+
+@pytest.mark.needs_cc
+def test_a_parallel_mark_on_a_member_with_one_value_parallelises_no_deeper_loop():
+    # the marked member floor(t/64) takes one value for T < 64: isl writes no loop for it,
+    # and the loop found below the mark is t's, which carries every dependence
+    from polycomp.scheduler.legality import check_schedule
+
+    tree = ('{ domain: "{ S0[t, i] : 0 <= t < 20 and 1 <= i < 49 }", child: '
+            '{ mark: "omp_parallel", child: { schedule: "[{ S0[t, i] -> [(floor((t)/64))] }]",'
+            ' child: { schedule: "[{ S0[t, i] -> [(t)] }, { S0[t, i] -> [(i)] }]" } } } }')
+    kernel = polycomp.compile_program(seidel1d(), scheduler="custom", schedule=tree,
+                                      sizes={"T": 20, "N": 50}, tile=False, vectorize=False,
+                                      unroll=0)
+    check_schedule(kernel.schedule, kernel.dependences)  # the mark itself is legal
+    assert "omp parallel" not in kernel.c_source
+    a = np.arange(50, dtype=np.int64)
+    got, want = a.copy(), a.copy()
+    kernel(20, got)
+    polycomp.compile_program(seidel1d(), scheduler="none")(20, want)
+    assert np.array_equal(got, want)

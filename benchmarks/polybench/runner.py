@@ -37,7 +37,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -223,8 +223,11 @@ def check_run(fn: Callable[[dict], Any], kdef: defs.KernelDef, args0: dict,
 def run_kernel(kdef: defs.KernelDef, size: str, variants: Sequence[VariantSpec],
                repeat: int = 5, budget: float = 20.0,
                worker: peers.BigStackWorker | None = None,
-               progress: Callable[[str], None] | None = None) -> list[Result]:
-    """All variants of one kernel; the first variant must be the baseline."""
+               progress: Callable[[str], None] | None = None,
+               skip: Collection[tuple[str, str]] = ()) -> list[Result]:
+    """All variants of one kernel; the first variant must be the baseline. ``skip`` holds
+    (variant prefix, kernel) pairs left out (a variant too slow to wait for: its check
+    run cannot be interrupted)."""
     own_worker = worker is None
     worker = worker or peers.BigStackWorker()
     results: list[Result] = []
@@ -242,6 +245,10 @@ def run_kernel(kdef: defs.KernelDef, size: str, variants: Sequence[VariantSpec],
             if vs.kind == "numpy" and (kdef.numpy_impl is None or not kdef.numpy_vectorized):
                 res.status = SKIPPED
                 res.message = "numpy version has Python loops (reference only)"
+                continue
+            if any(vs.name.startswith(v) and kdef.name == k for v, k in skip):
+                res.status = SKIPPED
+                res.message = "left out with --skip"
                 continue
             if vs.name != BASELINE and ref is None:
                 res.message = "baseline failed"
@@ -284,7 +291,8 @@ def run_kernel(kdef: defs.KernelDef, size: str, variants: Sequence[VariantSpec],
 
 
 def run_suite(kernels: Sequence[defs.KernelDef], size: str, variants: Sequence[VariantSpec],
-              repeat: int = 5, budget: float = 20.0, show_progress: bool = True) -> list[Result]:
+              repeat: int = 5, budget: float = 20.0, show_progress: bool = True,
+              skip: Collection[tuple[str, str]] = ()) -> list[Result]:
     """Every kernel x variant, with a tqdm progress bar on stderr (a line per variant
     when tqdm is not installed)."""
     try:
@@ -313,7 +321,8 @@ def run_suite(kernels: Sequence[defs.KernelDef], size: str, variants: Sequence[V
     results: list[Result] = []
     with peers.BigStackWorker() as worker:
         for kdef in kernels:
-            results.extend(run_kernel(kdef, size, variants, repeat, budget, worker, progress))
+            results.extend(run_kernel(kdef, size, variants, repeat, budget, worker, progress,
+                                      skip))
     if bar is not None:
         bar.update(last[0])
         bar.close()
@@ -379,12 +388,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-numpy", action="store_true", help="skip the numpy variant")
     p.add_argument("--no-polycomp", action="store_true", help="skip polycomp")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--skip", default="",
+                   help="VARIANT:KERNEL,... cells to leave out (variant name or prefix, "
+                        "e.g. polycomp-isl:ludcmp)")
     p.add_argument("--list", action="store_true", help="list the kernels and exit")
     p.add_argument("--matmul", action="store_true",
                    help="instead: float32 matmul GFLOP/s, polycomp vs numpy (benchmarks/matmul.py)")
     p.add_argument("--matmul-size", default=2048, type=int,
                    help="M=N=K for --matmul (default 2048)")
     return p
+
+
+def parse_skip(text: str) -> list[tuple[str, str]]:
+    """``polycomp-isl:ludcmp,polly:adi`` -> [("polycomp-isl", "ludcmp"), ("polly", "adi")]."""
+    pairs = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        variant, sep, kernel = item.partition(":")
+        if not sep or not variant or not kernel:
+            raise ValueError(f"--skip: expected VARIANT:KERNEL, got {item!r}")
+        pairs.append((variant, defs.get_kernel(kernel).name))
+    return pairs
 
 
 def select_kernels(text: str) -> list[defs.KernelDef]:
@@ -431,8 +454,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = plan_variants(args.threads, schedulers, polly=polly, polycomp=use_pc,
                              numpy_peer=not args.no_numpy)
 
+    try:
+        skip = parse_skip(args.skip)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     results = run_suite(kernels, args.size, variants, args.repeat, args.budget,
-                        show_progress=not args.no_progress)
+                        show_progress=not args.no_progress, skip=skip)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
