@@ -34,7 +34,9 @@ def violated(schedule_map: isl.UnionMap, deps: isl.UnionMap) -> isl.UnionMap:
         if all(t.intersect(isl.Map.lex_ge(t.get_space().domain())).is_empty()
                for t in U.maps_of(times)):
             continue
-        broken = broken.union(udep.intersect(schedule_map.lex_ge_union_map(schedule_map)))
+        ends = schedule_map.intersect_domain(isl.UnionSet(dep.domain()).union(
+            isl.UnionSet(dep.range())))  # the two statements' schedules only
+        broken = broken.union(udep.intersect(ends.lex_ge_union_map(ends)))
     return broken
 
 
