@@ -113,7 +113,13 @@ class _Emitter:
             return self._for(node)
         if kind == node_type.if_:
             then = self.emit(node.if_get_then_node())
-            other = self.emit(node.if_get_else_node()) if node.if_has_else_node() else None
+            other = None
+            if node.if_has_else_node():
+                other = self.emit(node.if_get_else_node())
+                # C gives an else to the nearest if: an unbraced then-branch ending in
+                # an if without else (`if (a) for (...) if (b) S; else T;`) would take it
+                if not isinstance(then, c.Block):
+                    then = c.Block([then])
             return c.If(self._expr(node.if_get_cond()).code, then, other)
         if kind == node_type.block:
             children = U.to_list(node.block_get_children())

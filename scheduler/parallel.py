@@ -34,7 +34,7 @@ def mark_parallel(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
         if _has_mark_below(node):
             return node, False  # the user placed a parallel loop inside: never nest regions
         for k in range(node.band_n_member()):
-            if not _is_loop(node, k):
+            if not T.is_loop_member(node, k):
                 continue
             if is_parallel_member(node, k, relation):
                 if k > 0:
@@ -54,15 +54,3 @@ def _is_marked(node: isl.ScheduleNode) -> bool:
 
 def _has_mark_below(node: isl.ScheduleNode) -> bool:
     return any(T.is_mark(n, T.MARK_PARALLEL) for n in T.subtree(node))
-
-
-def _is_loop(node: isl.ScheduleNode, k: int) -> bool:
-    """A member that takes more than one value for some values of the loops around it
-    (else isl writes no loop for it: after a wavefront, a tile loop can be a function of
-    the wavefront loop)."""
-    domain = node.get_domain()
-    outer = node.get_prefix_schedule_union_map().intersect_domain(domain).flat_range_product(
-        T.members_union_map(node, range(k)))
-    member = T.member_union_map(node, k).intersect_domain(domain)
-    same_outer = outer.apply_range(outer.reverse())
-    return not same_outer.subtract(member.apply_range(member.reverse())).is_empty()

@@ -146,7 +146,8 @@ def tile_sizes(node: isl.ScheduleNode, program: Program, options: Options,
     n = node.band_n_member()
     if options.tile_sizes:
         given = list(options.tile_sizes)
-        inner = tuple(given[min(k, len(given) - 1)] for k in range(n))
+        fixed = [e == 1 for e in band_extents(node)]  # no loop: tiling it gains nothing
+        inner = tuple(1 if fixed[k] else given[min(k, len(given) - 1)] for k in range(n))
         if not options.l2_tile:
             return [inner]
         outer = model_sizes(node, program, options, TWO_LEVELS[0], deps)
@@ -187,9 +188,14 @@ def _limits(node: isl.ScheduleNode, extents: list[int | None],
 
 def band_extents(node: isl.ScheduleNode) -> list[int | None]:
     """Per member: how many values it takes over the band's instances (None: depends on
-    a size parameter)."""
+    a size parameter). A member with one value once the loops around it are fixed counts
+    1: it is no loop, and tiling it would only give isl's AST generator a floor and a
+    modulo of outer loops to solve for (the isl in islpy 2026.2 solved one of those wrongly for adi)."""
     out: list[int | None] = []
     for k in range(node.band_n_member()):
+        if not T.is_loop_member(node, k):
+            out.append(1)
+            continue
         lo: int | None = None
         hi: int | None = None
         unknown = False
