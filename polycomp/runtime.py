@@ -23,6 +23,7 @@ from .build import build_library
 from .driver import Compiled, compile_program
 from .errors import ArgumentError, InternalError, PolycompError
 from .ir import Interface, Program
+from .memory import aligned_empty, aligned_zeros
 from .options import Options
 from .scheduler.dependences import Dependences
 
@@ -156,7 +157,7 @@ class Kernel:
                 buffers[array.name] = bound.values[array.name]  # type: ignore[assignment]
             else:
                 shape = array.extents(bound.sizes)
-                make = np.zeros if array.role == "output" else np.empty
+                make = aligned_zeros if array.role == "output" else aligned_empty
                 buffers[array.name] = make(shape, dtype=array.dtype)
         call_args: list[object] = []
         for arg in variant.compiled.source.arguments:
