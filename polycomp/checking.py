@@ -33,11 +33,12 @@ class RunReport:
 
 
 def run_and_check(definition: Definition, sizes: Mapping[str, int], scheduler: str,
-                  repeat: int = 5, threads: int | None = None) -> RunReport:
+                  repeat: int = 5, threads: int | None = None,
+                  schedule: str | None = None) -> RunReport:
     if threads is not None:
         set_num_threads(threads)
     args = random_arguments(definition.interface, sizes, np.random.default_rng(0))
-    kernel = Kernel(definition, Options.create(scheduler=scheduler))
+    kernel = Kernel(definition, Options.create(scheduler=scheduler, schedule=schedule))
     reference = Kernel(definition, Options.create(scheduler="none", parallel=False))
     got, want = results(kernel, args), results(reference, args)
     names = list(definition.interface.outputs) + [f"argument {k}" for k in range(len(got))]

@@ -12,12 +12,14 @@ a traceback; ``--debug`` shows the traceback too.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import InternalError, OptionError, PolycompError
+from .options import SCHEDULERS, Options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `polycomp compile ... | head`: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,7 +56,14 @@ def _parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("file", help="a .tc (Tensor Comprehensions) or .c (affine loop nest) file")
         p.add_argument("--entry", help="which def (or C function) to compile, if the file has several")
-        p.add_argument("--scheduler", default="isl", help="none (original order) or isl (default)")
+        p.add_argument("--scheduler", default=None, choices=SCHEDULERS,
+                       help="none (original order), isl (isl's scheduler), pluto (polycomp's "
+                            "Pluto-style scheduler) or custom (with --schedule); default "
+                            f"{Options.scheduler}, or custom when --schedule is given")
+        p.add_argument("--schedule", metavar="FILE",
+                       help="your own schedule for --scheduler custom: an isl schedule tree "
+                            "(an edited `--emit schedule` printout) or a union map; it is "
+                            "checked against the dependences")
         p.add_argument("--sizes", default="", help="sizes as NAME=VALUE,NAME=VALUE")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks of errors")
@@ -107,9 +119,20 @@ def load_definition(path: str, entry: str | None):
     return parse(text, file=path).get(entry)
 
 
+def scheduler_options(args: argparse.Namespace) -> dict:
+    """``scheduler`` and ``schedule`` from --scheduler and --schedule."""
+    if args.schedule is None:
+        if args.scheduler == "custom":
+            raise OptionError("--scheduler custom needs --schedule FILE",
+                              hint="write the tree with `polycomp compile FILE --emit schedule`")
+        return {"scheduler": args.scheduler or Options.scheduler}
+    if args.scheduler not in (None, "custom"):
+        raise OptionError(f"--schedule is for --scheduler custom, not {args.scheduler}")
+    return {"scheduler": "custom", "schedule": _read(args.schedule)}
+
+
 def _compile(args: argparse.Namespace) -> int:
     from .driver import compile_program, emit
-    from .options import Options
 
     definition = load_definition(args.file, args.entry)
     sizes = parse_sizes(args.sizes)
@@ -119,7 +142,7 @@ def _compile(args: argparse.Namespace) -> int:
         text = definition.explain_ranges(sizes or None)
     else:
         parametric = args.parametric or not sizes
-        options = Options.create(scheduler=args.scheduler, parametric=parametric)
+        options = Options.create(parametric=parametric, **scheduler_options(args))
         program = definition.lower(None if parametric else sizes)
         text = emit(compile_program(program, options), args.emit)
     if args.output:
@@ -133,8 +156,8 @@ def _run(args: argparse.Namespace) -> int:
     from .checking import run_and_check
 
     definition = load_definition(args.file, args.entry)
-    report = run_and_check(definition, parse_sizes(args.sizes), args.scheduler,
-                           repeat=args.repeat, threads=args.threads)
+    report = run_and_check(definition, parse_sizes(args.sizes), repeat=args.repeat,
+                           threads=args.threads, **scheduler_options(args))
     print(report)
     return 0 if report.ok else 1
 

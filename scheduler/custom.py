@@ -36,7 +36,10 @@ def schedule_custom(program: Program, deps: Dependences, options: Options) -> is
                              hint="give isl's YAML form, e.g. from `polycomp compile --emit schedule`") from None
         if not domain.is_subset(schedule.get_domain()):
             raise IllegalScheduleError("the schedule tree's domain does not contain every "
-                                       "statement instance of the program")
+                                       "statement instance of the program",
+                                       hint="a tree written for other sizes does not fit: print "
+                                            "it with the same sizes (`--emit schedule --sizes ...`), "
+                                            "or compile parametric for a parametric tree")
         return schedule.intersect_domain(domain)
     try:
         time = isl.UnionMap(text)

@@ -71,6 +71,31 @@ def test_run_checks_against_original_order(tc_file, capsys):
     assert "matches scheduler=none" in out and "ms" in out
 
 
+@pytest.mark.needs_cc
+def test_a_schedule_file_is_checked_compiled_and_run(tc_file, tmp_path, capsys):
+    tree = tmp_path / "mm.schedule"
+    sizes = ["--sizes", "M=9,N=7,K=5"]
+    assert main(["compile", str(tc_file), "--emit", "schedule", "--scheduler", "pluto",
+                 "-o", str(tree), *sizes]) == 0
+    assert main(["compile", str(tc_file), "--schedule", str(tree), *sizes]) == 0
+    assert "scheduler=custom" in capsys.readouterr().out
+    # a tree for other sizes does not fit, and says so
+    assert main(["compile", str(tc_file), "--schedule", str(tree), "--sizes", "M=8,N=8,K=8"]) == 1
+    assert "same sizes" in capsys.readouterr().err
+    assert main(["run", str(tc_file), "--schedule", str(tree), *sizes, "--repeat", "1"]) == 0
+    assert "matches scheduler=none" in capsys.readouterr().out
+    # k running backwards reorders the reduction: refused, naming the dependence
+    backwards = tmp_path / "backwards.map"
+    backwards.write_text("{ S0[m, n] -> [m, n, 0]; S1[m, n, k] -> [m, n, 1 - k] }")
+    assert main(["compile", str(tc_file), "--schedule", str(backwards)]) == 1
+    err = capsys.readouterr().err
+    assert "S1" in err and "Traceback" not in err
+    assert main(["compile", str(tc_file), "--scheduler", "custom"]) == 1
+    assert "--schedule" in capsys.readouterr().err
+    assert main(["compile", str(tc_file), "--scheduler", "isl", "--schedule", str(tree)]) == 1
+    assert "custom" in capsys.readouterr().err
+
+
 def test_console_script_has_help_everywhere_and_no_traceback(tmp_path):
     for args in ([], ["compile"], ["run"], ["demo"]):
         done = subprocess.run([sys.executable, "-m", "polycomp.cli", *args, "--help"],
