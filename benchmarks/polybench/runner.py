@@ -321,12 +321,21 @@ def run_suite(kernels: Sequence[defs.KernelDef], size: str, variants: Sequence[V
     results: list[Result] = []
     with peers.BigStackWorker() as worker:
         for kdef in kernels:
-            results.extend(run_kernel(kdef, size, variants, repeat, budget, worker, progress,
-                                      skip))
+            measured = run_kernel(kdef, size, variants, repeat, budget, worker, progress, skip)
+            results.extend(measured)
+            if show_progress:  # what a run stopped halfway still leaves in its log
+                print(f"  {kdef.name}: " + "; ".join(_cell(r) for r in measured),
+                      file=sys.stderr, flush=True)
     if bar is not None:
         bar.update(last[0])
         bar.close()
     return results
+
+
+def _cell(result: Result) -> str:
+    if result.status == OK and result.seconds is not None:
+        return f"{result.variant} {result.seconds:.4g} s"
+    return f"{result.variant} {result.status}"
 
 
 # --------------------------------------------------------------------------
