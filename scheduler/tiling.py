@@ -190,7 +190,8 @@ def band_extents(node: isl.ScheduleNode) -> list[int | None]:
     """Per member: how many values it takes over the band's instances (None: depends on
     a size parameter). A member with one value once the loops around it are fixed counts
     1: it is no loop, and tiling it would only give isl's AST generator a floor and a
-    modulo of outer loops to solve for (the isl in islpy 2026.2 solved one of those wrongly for adi)."""
+    modulo of outer loops to solve for (the isl in islpy 2026.2 solved one of those
+    wrongly for adi)."""
     out: list[int | None] = []
     for k in range(node.band_n_member()):
         if not T.is_loop_member(node, k):

@@ -120,13 +120,15 @@ def test_concurrent_processes_share_the_cache_safely(tmp_path):
 def test_outputs_and_temporaries_are_cache_line_aligned():
     from polycomp.memory import ALIGNMENT, aligned_empty, aligned_zeros, is_aligned
 
-    for shape, dtype in [((3, 5), "float32"), ((1,), "int8"), ((7, 9, 2), "float64"), ((0, 4), "int32")]:
+    shapes = [((3, 5), "float32"), ((1,), "int8"), ((7, 9, 2), "float64"), ((0, 4), "int32")]
+    for shape, dtype in shapes:
         for make in (aligned_empty, aligned_zeros):
             a = make(shape, dtype)
             assert a.shape == shape and a.dtype == np.dtype(dtype) and a.flags.c_contiguous
             assert a.size == 0 or a.ctypes.data % ALIGNMENT == 0  # empty: nothing to load
     assert not aligned_zeros((4, 4), "float64").any()
-    kernel = polycomp.compile("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
+    kernel = polycomp.compile(
+        "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
     a = np.ones((5, 3), np.float32)
     c = kernel(a, a.T.copy())
     assert is_aligned(c) and np.array_equal(c, np.full((5, 5), 3, np.float32))
