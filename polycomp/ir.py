@@ -142,6 +142,8 @@ class Program:
     original_schedule  union map from statement instances to sequential time
     context            constraints on the params (e.g. sizes >= 1)
     sizes              the size values this program was specialised to (for printing)
+    generic            the parametric program this one was specialised from (None if it
+                       was not): a scheduler may schedule that one and specialise the tree
     """
 
     name: str
@@ -153,6 +155,7 @@ class Program:
     scalars: tuple[ScalarArg, ...] = ()
     sizes: tuple[tuple[str, int], ...] = ()
     notes: tuple[str, ...] = field(default=())
+    generic: Program | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ views
     def array(self, name: str) -> Array:
@@ -203,7 +206,8 @@ class Program:
             statements=tuple(spec_stmt(s) for s in self.statements),
             original_schedule=U.specialize(self.original_schedule, sizes),
             context=isl.Set.universe(U.param_space([])),
-            sizes=tuple(sorted({**dict(self.sizes), **sizes}.items())))
+            sizes=tuple(sorted({**dict(self.sizes), **sizes}.items())),
+            generic=(self.generic or self) if self.params else self.generic)
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> Program:

@@ -132,9 +132,8 @@ def configure_isl() -> isl.Context:
     global _CONFIGURED
     ctx = isl.DEFAULT_CONTEXT
     if not _CONFIGURED:
-        # prefer outer parallel loops, as Pluto does. (Where none exists isl then carries
-        # the dependences with one huge hyperplane, e.g. ludcmp: 14042i + 117j, 800x slower
-        # than gcc; without the option, cholesky's schedule takes minutes instead.)
+        # prefer outer parallel loops, as Pluto does (without the option, cholesky's
+        # schedule took minutes when isl still scheduled the specialised program)
         ctx.set_schedule_outer_coincidence(1)
         ctx.set_schedule_serialize_sccs(0)  # let the isl scheduler fuse across SCCs
         # isl's guard against schedules that break coalescing adds constraints whose ILPs
