@@ -377,3 +377,24 @@ def test_run_kernel_catches_fixed_point_cheat(so_dir, monkeypatch):
     assert "perturbed" in res[1].message
     res = runner.run_kernel(k, "MINI", variants, repeat=1, budget=5.0)
     assert [(r.variant, r.status) for r in res] == [("gcc", OK), ("numpy", OK)]
+
+
+def test_polycomp_variant_is_built_before_it_is_timed(monkeypatch):
+    """The build belongs to build_s, not to the first (possibly budget-ending) run."""
+    import polycomp.runtime as rt
+
+    builds = []
+    real = rt.compile_program
+    monkeypatch.setattr(rt, "compile_program",
+                        lambda *a, **kw: builds.append(1) or real(*a, **kw))
+    k = defs.get_kernel("atax")
+    variant = next(v for v in runner.plan_variants([1], ["none"], polly=False)
+                   if v.kind == "polycomp")
+    fn = runner._Prepared(k, dict(k.sizes["MINI"])).get(variant)
+    assert len(builds) == 1
+    args = defs.make_args(k, "MINI")
+    fn(args)
+    assert len(builds) == 1
+    ref = defs.make_args(k, "MINI")
+    k.numpy_impl(ref)
+    np.testing.assert_allclose(args["y"], ref["y"], rtol=1e-12)
