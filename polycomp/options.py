@@ -27,8 +27,9 @@ class Options:
     """What to build and how.
 
     target      "openmp": OpenMP C for CPUs.
-    scheduler   "none" (original order), "isl" (isl's scheduler), "pluto" (ours), or
-                "custom" (the user's ``schedule``, checked against the dependences).
+    scheduler   "pluto" (ours, the default), "isl" (isl's scheduler), "none" (original
+                order), or "custom" (the user's ``schedule``, checked against the
+                dependences).
     schedule    for scheduler="custom": an isl schedule tree (YAML) or union map, as text.
     parametric  keep sizes as C arguments instead of specialising to constants.
     parallel    mark outermost dependence-free loops ``omp parallel for``.
@@ -45,7 +46,7 @@ class Options:
     """
 
     target: str = "openmp"
-    scheduler: str = "isl"
+    scheduler: str = "pluto"
     schedule: str | None = None
     parametric: bool = False
     parallel: bool = True

@@ -25,6 +25,8 @@ SEIDEL_SKEWED = ["[T, N] -> { S0[t, i] -> [(t)] }", "[T, N] -> { S0[t, i] -> [(2
 
 
 def tiled(program, schedule=None, **options):
+    """The tiling pass alone, on ``schedule`` or on isl's (whose trees these tests know)."""
+    options.setdefault("scheduler", "isl")
     configure_isl()
     deps = compute_dependences(program)
     opts = Options.create(**options)
