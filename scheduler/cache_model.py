@@ -25,8 +25,9 @@ Example, matmul S1[i, j, k]: C[i, j] += A[i, k] * B[k, j] on the band [i, j, k]:
 footprint = 4 (t_i t_j + t_i t_k + t_k t_j) bytes for float32.
 
 Sizes (``choose_tile_sizes``): the member that will be the innermost (vector) loop is
-sized first, for L1: with the other members spanning one register tile (the unroll factor
-each), its run must touch at most ``fraction × L1``. Every other member m gets a weight
+sized first, for L1: with the members that will be unrolled and jammed spanning one
+register tile (the unroll factor each; ``unroll_candidates``) and the others one value, its
+run must touch at most ``fraction × L1``. Every other member m gets a weight
 ``1 + r_m``, r_m the number of references invariant along m (data reused while m runs),
 and sizes ``t_m = α (1 + r_m)`` with the largest α whose whole footprint fits
 ``fraction × L2``. Sizes are rounded down to a multiple of the unroll factor (of the SIMD
@@ -57,6 +58,8 @@ SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 CACHE_FRACTION = 0.5
 # an extent we cannot compute (a size parameter) counts as this long
 UNKNOWN_EXTENT = 1024
+# at most this many members are unrolled and jammed (unroll² copies of the body)
+MAX_UNROLLED = 2
 
 
 # ----------------------------------------------------------------------------- the machine
@@ -368,6 +371,23 @@ def innermost_candidate(refs: Sequence[Reference], members: Sequence[int]) -> in
     return best
 
 
+def unroll_candidates(refs: Sequence[Reference], innermost: int, members: Sequence[int],
+                      extents: Sequence[int | None] | None = None,
+                      factor: int = 1) -> tuple[int, ...]:
+    """The members the intra-tile pass unrolls and jams around the ``innermost`` (vector)
+    loop, best first: those along which some reference stays in place while it moves along
+    the innermost one (loaded once in the vector loop, shared by every copy), at most
+    MAX_UNROLLED of them, and only members with at least ``factor`` values."""
+
+    def score(m: int) -> int:
+        return sum(1 for r in refs if r.invariant(m) and not r.invariant(innermost))
+
+    candidates = [m for m in members if m != innermost and score(m) > 0
+                  and (extents is None or extents[m] is None or extents[m] >= factor)]
+    candidates.sort(key=lambda m: -score(m))
+    return tuple(candidates[:MAX_UNROLLED])
+
+
 def stride_score(refs: Sequence[Reference], m: int) -> float:
     """Unit-stride references count 1, invariant ones 1/2 (no vector load at all, but no
     vector work either), others 0."""
@@ -391,12 +411,14 @@ def choose_tile_sizes(refs: Sequence[Reference], extents: Sequence[int | None],
                       capacity: float, unroll: int = 1, lanes: int = 1,
                       innermost: int | None = None, row_capacity: float | None = None,
                       limits: Sequence[int | None] | None = None,
-                      minimum: int = 2) -> TileChoice:
+                      minimum: int = 2,
+                      unrolled: Sequence[int] | None = None) -> TileChoice:
     """Tile sizes whose footprint fits ``capacity`` bytes (see the module doc).
 
     With ``innermost`` and ``row_capacity``, that member is sized first: the data one run
-    of it touches while the other members span one register tile (``unroll`` values each)
-    must fit ``row_capacity`` (the L1 share). The other members then grow in proportion to
+    of it touches while the ``unrolled`` members (default: all others) span one register
+    tile (``unroll`` values each) and the rest one value must fit ``row_capacity`` (the L1
+    share). The other members then grow in proportion to
     ``1 + reuse`` until the whole tile fills ``capacity``. Sizes are multiples of
     ``unroll`` (of ``lanes`` for the innermost member), at most the member's extent, and
     moved down to a divisor of the extent when one is at least half as large (no
@@ -408,7 +430,8 @@ def choose_tile_sizes(refs: Sequence[Reference], extents: Sequence[int | None],
     fixed: dict[int, float] = {m: 1.0 for m in range(n) if extents[m] == 1}
     step = _steps(n, unroll, lanes, innermost)
     if innermost is not None and row_capacity and innermost not in fixed:
-        row = [fixed.get(m, float(min(max(1, unroll), extents[m] or unroll))) for m in range(n)]
+        row = [fixed.get(m, float(min(max(1, unroll), extents[m] or unroll))
+                         if unrolled is None or m in unrolled else 1.0) for m in range(n)]
 
         def with_inner(size: float) -> list[float]:
             return [size if m == innermost else row[m] for m in range(n)]

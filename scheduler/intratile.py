@@ -62,10 +62,6 @@ from .dependences import Dependences
 from .legality import carried_by_member
 from .tiling import MARK_POINT_BAND, band_extents, replace_band
 
-# at most this many members are unrolled and jammed (unroll² copies of the body)
-MAX_UNROLLED = 2
-
-
 @dataclass(frozen=True)
 class Plan:
     """The new band: ``outer`` members (strip members of unrolled ones as floor(m/f)),
@@ -225,14 +221,7 @@ def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],
                 extents: list[int | None], loops: list[int], deps: isl.UnionMap,
                 factor: int) -> Plan:
     c = plan.innermost
-
-    def score(m: int) -> int:
-        return sum(1 for r in refs if r.invariant(m) and not r.invariant(c))
-
-    candidates = [m for m in loops if m != c and score(m) > 0
-                  and (extents[m] is None or extents[m] >= factor)]
-    candidates.sort(key=lambda m: -score(m))
-    chosen = tuple(sorted(candidates[:MAX_UNROLLED]))
+    chosen = tuple(sorted(CM.unroll_candidates(refs, c, loops, extents, factor)))
     while chosen:
         candidate = Plan(plan.outer, c, chosen, factor, plan.simd)
         if not plan.simd or _simd_legal(node, candidate, deps, True):

@@ -169,9 +169,12 @@ def model_sizes(node: isl.ScheduleNode, program: Program, options: Options,
     capacity = CM.CACHE_FRACTION * caches[level]
     row = CM.CACHE_FRACTION * caches[max(1, level - 1)]  # the vector loop's row: L1
     unroll = options.unroll if options.unroll >= 2 else 1
+    unrolled = (CM.unroll_candidates(refs, innermost, loops, extents, unroll)
+                if innermost is not None and unroll >= 2 else ())
     choice = CM.choose_tile_sizes(refs, extents, capacity, unroll=unroll,
                                   lanes=CM.simd_lanes(itemsize), innermost=innermost,
-                                  row_capacity=row, limits=_limits(node, extents, deps))
+                                  row_capacity=row, limits=_limits(node, extents, deps),
+                                  unrolled=unrolled)
     return choice.sizes
 
 

@@ -218,6 +218,32 @@ def test_model_sizes_fit_the_capacity_and_respect_unroll_and_lanes():
     assert choice.sizes[:2] == (20, 30)  # capped at the extents, the rest grows
 
 
+def test_only_unrolled_members_widen_the_row_of_the_vector_loop():
+    """matmul unrolls i and k around j (each keeps a reference in place); a stencil band
+    unrolls nothing, so the vector loop's L1 row may be as long as one row of each array
+    (heat-3d at LARGE: 8 values of k per tile before, 1.9x faster with whole rows)."""
+    mm = matmul().specialize({"M": 2048, "N": 2048, "K": 2048})
+    band = get_scheduler("isl")(mm, compute_dependences(mm), Options()).get_root().child(0)
+    refs = CM.band_references(band, mm)
+    assert sorted(CM.unroll_candidates(refs, 1, [0, 1, 2], band_extents(band), 4)) == [0, 2]
+    program = jacobi2d().specialize({"T": 10, "N": 4000})
+    schedule = band_schedule(program, [
+        "{ S0[t, i, j] -> [(i)]; S1[t, i, j] -> [(i)] }",
+        "{ S0[t, i, j] -> [(j)]; S1[t, i, j] -> [(j)] }"])
+    band = schedule.get_root().child(0)
+    refs = CM.band_references(band, program)
+    assert CM.unroll_candidates(refs, 1, [0, 1]) == ()
+    extents = band_extents(band)
+    rows = {}
+    for unrolled in (None, ()):
+        choice = CM.choose_tile_sizes(refs, extents, 1024 * 1024, unroll=4, lanes=8,
+                                      innermost=1, row_capacity=16 * 1024, unrolled=unrolled)
+        rows[unrolled] = choice.sizes[1]
+        # the row: 3 rows of A and one of B along j
+        assert CM.footprint(refs, (1 if unrolled == () else 4, rows[unrolled])) <= 16 * 1024
+    assert rows[()] > 2 * rows[None]
+
+
 # ----------------------------------------------------------------------------- differential
 
 @pytest.mark.needs_cc
