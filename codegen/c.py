@@ -8,10 +8,11 @@ with one entry function
 that returns 0, or 1 when a data-dependent index (a gather) fell outside its array (the
 read is then skipped). Arrays are row-major; statement bodies are printed inline with
 the AST's iterator expressions substituted for the statement iterators. A loop under an
-``omp_parallel`` mark gets ``#pragma omp parallel for``; its body is outlined into a
-``static`` noinline function that takes the arrays as ``restrict`` parameters again (gcc
-drops ``restrict`` in the function it outlines for an OpenMP region, and without it cannot
-keep values in registers across the jammed statements of a register tile). A loop under
+``omp_parallel`` mark gets ``#pragma omp parallel for``; its body, when it holds loops, is
+outlined into a ``static`` noinline function that takes the arrays as ``restrict``
+parameters again (gcc drops ``restrict`` in the function it outlines for an OpenMP region,
+and without it cannot keep values in registers across the jammed statements of a register
+tile). A body of statements only stays inline, where gcc can vectorise the loop. A loop under
 an ``omp_simd`` mark gets ``#pragma omp simd``, with ``simdlen(n)`` when the mark's id
 carries the lane count n (scheduler/intratile.py).
 """
@@ -171,7 +172,10 @@ class _Emitter:
                 and inner.for_get_iterator().get_id().get_name() == loop_iterator(int(depth))):
             if name == T.MARK_SIMD:
                 pragma += _simdlen(mark)
-            return self._for(inner, pragma, outline=name == T.MARK_PARALLEL)
+            # a body without loops stays inline: a call per iteration would keep gcc from
+            # vectorising the parallel loop (atax: one call per element of y)
+            outline = name == T.MARK_PARALLEL and _has_loop(inner.for_get_body())
+            return self._for(inner, pragma, outline=outline)
         return self.emit(inner)  # a loop of one iteration: nothing to parallelise
 
     def _user(self, call: isl.AstExpr) -> c.Generable:
@@ -180,6 +184,20 @@ class _Emitter:
         iterators = dict(zip(stmt.iterators, values))
         printer = ValuePrinter(iterators, self.params, self.scalars, self.arrays, self.helpers)
         return _statement(stmt, printer, self)
+
+
+def _has_loop(node: isl.AstNode) -> bool:
+    kind = node.get_type()
+    if kind == node_type.for_:
+        return True
+    if kind == node_type.block:
+        return any(_has_loop(child) for child in U.to_list(node.block_get_children()))
+    if kind == node_type.if_:
+        return _has_loop(node.if_get_then_node()) or (
+            node.if_has_else_node() and _has_loop(node.if_get_else_node()))
+    if kind == node_type.mark:
+        return _has_loop(node.mark_get_node())
+    return False
 
 
 def _simdlen(mark: isl.Id) -> str:

@@ -172,7 +172,8 @@ class _Pluto:
         if all(self.is_full(n, rows[n]) for n in names):
             return fusion.sccs(names, live, self.facts)
         return fusion.partition(self.options.fusion, names, live, self.facts,
-                                lambda subset: self.solve(subset, live, live, rows))
+                                lambda subset: self.solve(subset, live, live, rows),
+                                outermost=all(not rows[n] for n in names))
 
     def first_row(self, names: list[str], live: list[Piece],
                   rows: Mapping[str, tuple[Row, ...]], forced: bool) -> Solution | None:
