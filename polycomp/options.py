@@ -33,6 +33,9 @@ class Options:
     schedule    for scheduler="custom": an isl schedule tree (YAML) or union map, as text.
     parametric  keep sizes as C arguments instead of specialising to constants.
     parallel    mark outermost dependence-free loops ``omp parallel for``.
+    parallel_min_work
+                a loop inside serial loops becomes parallel only when each run of it has
+                at least this many statement instances (0: every dependence-free loop).
     fusion      fusion heuristic for schedulers that fuse ("smart", "max", "typed", "none").
     partition   force fusion groups: tuples of statement names that share a band.
     tile        tile permutable bands (sizes from ``tile_sizes`` or the cache model).
@@ -50,6 +53,8 @@ class Options:
     schedule: str | None = None
     parametric: bool = False
     parallel: bool = True
+    # about 20 us of work against the few us it takes to start and join two threads
+    parallel_min_work: int = 20000
     fusion: str = "smart"
     partition: tuple[tuple[str, ...], ...] | None = None
     tile: bool = True
@@ -78,6 +83,10 @@ class Options:
                 isinstance(self.tile_sizes, (str, bytes)) or not all(
                     isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.tile_sizes)):
             raise OptionError(f"option 'tile_sizes' must be positive integers, not {self.tile_sizes!r}")
+        if (not isinstance(self.parallel_min_work, int) or isinstance(self.parallel_min_work, bool)
+                or self.parallel_min_work < 0):
+            raise OptionError("option 'parallel_min_work' must be a non-negative integer, "
+                              f"not {self.parallel_min_work!r}")
         if not isinstance(self.unroll, int) or isinstance(self.unroll, bool) or not 0 <= self.unroll <= 64:
             raise OptionError(f"option 'unroll' must be an integer from 0 to 64, not {self.unroll!r}")
         if self.partition is not None and (

@@ -31,7 +31,9 @@ def _tiling(schedule: isl.Schedule, program: Program, deps: Dependences,
 
 def _parallel(schedule: isl.Schedule, program: Program, deps: Dependences,
               options: Options) -> isl.Schedule:
-    return mark_parallel(schedule, deps) if options.parallel else schedule
+    if not options.parallel:
+        return schedule
+    return mark_parallel(schedule, deps, program, options.parallel_min_work)
 
 
 PASSES: list[tuple[str, Pass]] = [

@@ -1,6 +1,7 @@
 import islpy as isl
 import pytest
 
+from polycomp import Program
 from polycomp.errors import IllegalScheduleError
 from polycomp.options import Options
 from polycomp.scheduler import compute_dependences, get_scheduler
@@ -44,6 +45,33 @@ def test_parallel_marks_outermost_dependence_free_loop():
     assert len(marks) == 2
     for mark in marks:
         assert mark.get_schedule_depth() == 1
+
+
+@pytest.mark.parametrize("n, min_work, marked", [
+    (1000, 20000, 0),        # 998 instances per time step: not worth a parallel region
+    (1000, 0, 2),            # unless asked for
+    (100000, 20000, 2),      # 99998 per step: parallel
+])
+def test_parallel_regions_inside_serial_loops_need_enough_work(n, min_work, marked):
+    program = jacobi1d().specialize({"T": 50, "N": n})
+    deps = compute_dependences(program)
+    schedule = mark_parallel(get_scheduler("none")(program, deps, Options()), deps, program,
+                             min_work)
+    assert len([m for m in T.nodes(schedule) if T.is_mark(m, T.MARK_PARALLEL)]) == marked
+    check_schedule(schedule, deps)
+
+
+def test_strided_instances_count_as_more_work():
+    """Column walks (one cache miss per instance) are worth a region with fewer of them."""
+    program = Program.from_isl(
+        "columns", arrays={"A": ("float64", ("N", "N"))},
+        statements=[dict(domain="[N] -> { S0[j, i] : 0 <= j < N and 0 <= i < N and j >= 1 }",
+                         write="{ S0[j, i] -> A[i, j] }", reads=["{ S0[j, i] -> A[i, j - 1] }"],
+                         body=lambda a: a + 1.0)]).specialize({"N": 2000})
+    deps = compute_dependences(program)
+    schedule = mark_parallel(get_scheduler("none")(program, deps, Options()), deps, program,
+                             20000)  # 2000 instances per j, each a cache miss: 32000
+    assert len([m for m in T.nodes(schedule) if T.is_mark(m, T.MARK_PARALLEL)]) == 1
 
 
 def test_seidel_has_no_parallel_loop_in_original_order():

@@ -275,11 +275,11 @@ def test_wavefront_tiled_seidel_is_bit_identical(tiles):
     specialised = program.specialize({"T": 9, "N": 40})
     tree = band_schedule(specialised, ["{ S0[t, i] -> [(t)] }",
                                        "{ S0[t, i] -> [(2t + i)] }"]).to_str()
-    result = check_against_reference(definition(program), {"T": 9, "N": 40},
-                                      dict(scheduler="custom", schedule=tree, tile_sizes=tiles))
+    # parallel_min_work=0: parallel fronts even at this size
+    options = dict(scheduler="custom", schedule=tree, tile_sizes=tiles, parallel_min_work=0)
+    result = check_against_reference(definition(program), {"T": 9, "N": 40}, options)
     assert result.ok, result.mismatches
-    kernel = polycomp.compile_program(program, scheduler="custom", schedule=tree,
-                                      tile_sizes=tiles, sizes={"T": 9, "N": 40})
+    kernel = polycomp.compile_program(program, sizes={"T": 9, "N": 40}, **options)
     assert "#pragma omp parallel for" in kernel.c_source
 
 
