@@ -11,7 +11,11 @@ when it is innermost: no band below it) has
 2. up to two other members strip-mined by ``Options.unroll`` (unroll-and-jam): the strip
    member stays where the member was, the point member moves *inside* the SIMD loop and
    is marked for full unrolling, so isl's AST generator writes the copies one after the
-   other in the body of the vector loop (jammed), sharing loads in registers.
+   other in the body of the vector loop (jammed), sharing loads in registers;
+3. or, when no member can be the vector loop because statements fused with a shift
+   alternate along it (jacobi-1d, fdtd-2d under pluto), its unit-stride member distributed
+   over the statements (``distribute_innermost``): one simd loop per statement, checked
+   legal.
 
 matmul's point band [i, j, k] (below the parallel tile loop), unroll 4::
 
@@ -59,7 +63,7 @@ from polycomp.options import Options, configure_isl
 from . import cache_model as CM
 from . import tree as T
 from .dependences import Dependences
-from .legality import carried_by_member
+from .legality import carried_by_member, violated
 from .tiling import MARK_POINT_BAND, band_extents, replace_band
 
 @dataclass(frozen=True)
@@ -165,12 +169,70 @@ def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     """One innermost band rewritten; returns the node at the same position."""
     depth = node.get_tree_depth()
     plan = plan_band(node, program, deps, options)
+    if (plan is None or not plan.simd) and options.vectorize:
+        distributed = distribute_innermost(node, program, deps)
+        if distributed is not None:
+            return distributed
     if plan is None:
         return node
     node = apply_plan(node, plan, deps, CM.simd_lanes(_vector_itemsize(node, program, plan)))
     while node.get_tree_depth() > depth:
         node = node.parent()
     return node
+
+
+def distribute_innermost(node: isl.ScheduleNode, program: Program,
+                         deps: isl.UnionMap) -> isl.ScheduleNode | None:
+    """When no member of a band over several statements can be the vector loop because
+    the statements are fused with a shift (jacobi-1d's point band [t, 2t + i] over
+    B[i] = f(A[i-1..i+1]); A[i] = B[i]: the inner loop carries B from one statement to the
+    other), distribute the innermost member over the sequence below: each statement gets
+    its own innermost loop, free of dependences, and marked simd. Legal when no dependence
+    between the statements runs backwards once they no longer alternate (checked); None
+    when that fails or when some statement's loop would carry a dependence (no gain).
+    The member with the most unit-stride references (of a permutable band) is the one
+    distributed."""
+    kinds = (isl.schedule_node_type.sequence, isl.schedule_node_type.set)
+    if node.n_children() != 1 or node.child(0).get_type() not in kinds:
+        return None
+    depth = node.get_tree_depth()
+    n = node.band_n_member()
+    pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
+    if node.band_get_permutable() and n - pinned > 1:
+        # the member with unit-stride references goes innermost, as in plan_band
+        refs = CM.band_references(node, program)
+        loops = [m for m in range(pinned, n) if T.is_loop_member(node, m)]
+        if not loops:
+            return None
+        c = min(loops, key=lambda m: (_strided(refs, m), -CM.stride_score(refs, m), -m))
+        if c != n - 1:
+            order = Plan(tuple(m for m in range(n) if m != c), c, (), 1, True)
+            node = replace_band(node, plan_schedule(node, order), deps, True)
+    inner = node.band_split(n - 1).child(0) if n > 1 else node
+    split = inner.band_sink()  # now at the sequence, with the member below each filter
+    lanes = CM.simd_lanes(max((r.itemsize for r in CM.band_references(node, program)),
+                              default=4))
+    marked = 0
+    for k in range(split.n_children()):
+        band = split.child(k).child(0)
+        if not T.is_band(band) or not T.is_loop_member(band, 0):
+            continue
+        if not carried_by_member(band, 0, deps).is_empty():
+            return None  # that statement's loop would lose the order it needs, and no simd
+        split = band.insert_mark(isl.Id(T.MARK_SIMD, user=lanes)).parent().parent()
+        marked += 1
+    if not marked:
+        return None
+    top = split
+    while top.get_tree_depth() > depth:
+        top = top.parent()
+    domain = top.get_domain()
+    times = top.get_prefix_schedule_union_map().flat_range_product(
+        top.get_subtree_schedule_union_map()).intersect_domain(domain)
+    local = deps.intersect_domain(domain).intersect_range(domain)
+    if not violated(times, local).is_empty():
+        return None
+    return top
 
 
 def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,

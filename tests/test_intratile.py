@@ -232,3 +232,25 @@ def test_reordered_tiles_without_simd_are_bit_identical():
     result = check_against_reference(definition(seidel1d()), {"T": 7, "N": 30},
                                      dict(scheduler="isl", tile_sizes=(4, 4)))
     assert result.ok
+
+
+@pytest.mark.needs_cc
+def test_statements_fused_with_a_shift_get_one_vector_loop_each():
+    """jacobi-1d under pluto: the point band [t, 2t + i] carries B from S0 to the shifted
+    S1 along 2t + i, so no member can be a vector loop; the innermost member is
+    distributed over the sequence instead, and each statement's loop is marked simd."""
+    from programs import jacobi1d
+
+    program = jacobi1d()
+    sizes = {"T": 20, "N": 300}
+    schedule, deps = scheduled(program.specialize(sizes), scheduler="pluto",
+                               tile_sizes=(8, 64))
+    simd = marks(schedule, T.MARK_SIMD)
+    assert len(simd) == 2
+    for mark in simd:
+        band = mark.child(0)
+        assert T.is_band(band) and carried_by_member(band, 0, deps.all()).is_empty()
+    check_schedule(schedule, deps)
+    result = check_against_reference(definition(program), sizes,
+                                     dict(scheduler="pluto", tile_sizes=(8, 64)))
+    assert result.ok, result.mismatches
