@@ -185,8 +185,8 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program,
                          deps: isl.UnionMap) -> isl.ScheduleNode | None:
     """When no member of a band over several statements can be the vector loop because
     the statements are fused with a shift (jacobi-1d's point band [t, 2t + i] over
-    B[i] = f(A[i-1..i+1]); A[i] = B[i]: the inner loop carries B from one statement to the
-    other), distribute the innermost member over the sequence below: each statement gets
+    B[i] = f(A[i-1..i+1]); A[i] = f(B[i-1..i+1]), the second shifted by one: the inner
+    loop carries B from one statement to the other), distribute the innermost member over the sequence below: each statement gets
     its own innermost loop, free of dependences, and marked simd. Legal when no dependence
     between the statements runs backwards once they no longer alternate (checked); None
     when that fails or when some statement's loop would carry a dependence (no gain).
