@@ -14,7 +14,9 @@ When no row exists: close the band (drop what it satisfied) and start a new one;
 band start, split the group (scheduler/fusion.py) into parts ordered by a scalar
 dimension; a single SCC with no row falls back to negative coefficients, then to a
 Feautrier-style row that carries at least one dependence, and finally to the original
-order of that group, so every legal program gets a legal schedule.
+order of that group, so every legal program gets a legal schedule. Under smart fusion a
+parallel band left above such a split is then distributed into the bands below it
+(scheduler/distribute.py), so that each statement keeps a deeper, tileable band.
 
 Example, jacobi-1d (S0[t, i]: B[i] = f(A[i-1..i+1]); S1[t, i]: A[i] = B[i]):
 
@@ -38,6 +40,7 @@ from polycomp.options import Options
 from . import fusion
 from .dependences import Dependences
 from .farkas import Piece, Row, pieces_of
+from .distribute import distribute_parallel_bands
 from .pluto_ilp import Config, Solution, orthogonal_complement, rank, solve, solve_strict
 
 dim = isl.dim_type
@@ -70,7 +73,10 @@ def schedule_pluto(program: Program, deps: Dependences, options: Options,
                    config: Config | None = None) -> isl.Schedule:
     """Pluto's schedule for ``program`` (see the module docstring)."""
     pluto = _Pluto(program, deps, options, config or Config())
-    return pluto.to_isl(pluto.run())
+    schedule = pluto.to_isl(pluto.run())
+    if options.fusion == "smart" and options.partition is None:
+        schedule = distribute_parallel_bands(schedule, deps.all())
+    return schedule
 
 
 class _Pluto:
