@@ -388,6 +388,14 @@ def unroll_candidates(refs: Sequence[Reference], innermost: int, members: Sequen
     return tuple(candidates[:MAX_UNROLLED])
 
 
+def strided(refs: Sequence[Reference], m: int) -> bool:
+    """Some reference jumps in memory along member m (a gather or scatter in SIMD code, a
+    cache miss per instance). References of statements that member m does not move
+    (steps None) do not count."""
+    return any(all(row[m] is not None for row in r.steps)
+               and not r.invariant(m) and not r.unit_stride(m) for r in refs)
+
+
 def stride_score(refs: Sequence[Reference], m: int) -> float:
     """Unit-stride references count 1, invariant ones 1/2 (no vector load at all, but no
     vector work either), others 0."""

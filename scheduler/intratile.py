@@ -186,8 +186,9 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program,
     """When no member of a band over several statements can be the vector loop because
     the statements are fused with a shift (jacobi-1d's point band [t, 2t + i] over
     B[i] = f(A[i-1..i+1]); A[i] = f(B[i-1..i+1]), the second shifted by one: the inner
-    loop carries B from one statement to the other), distribute the innermost member over the sequence below: each statement gets
-    its own innermost loop, free of dependences, and marked simd. Legal when no dependence
+    loop carries B from one statement to the other), distribute the innermost member over
+    the sequence below: each statement gets its own innermost loop, free of dependences,
+    and marked simd. Legal when no dependence
     between the statements runs backwards once they no longer alternate (checked); None
     when that fails or when some statement's loop would carry a dependence (no gain).
     The member with the most unit-stride references (of a permutable band) is the one
@@ -204,7 +205,7 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program,
         loops = [m for m in range(pinned, n) if T.is_loop_member(node, m)]
         if not loops:
             return None
-        c = min(loops, key=lambda m: (_strided(refs, m), -CM.stride_score(refs, m), -m))
+        c = min(loops, key=lambda m: (CM.strided(refs, m), -CM.stride_score(refs, m), -m))
         if c != n - 1:
             order = Plan(tuple(m for m in range(n) if m != c), c, (), 1, True)
             node = replace_band(node, plan_schedule(node, order), deps, True)
@@ -246,7 +247,7 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     permutable = bool(node.band_get_permutable()) or n == 1
     refs = CM.band_references(node, program)
     if permutable:
-        ranked = sorted(loops, key=lambda m: (_strided(refs, m), -CM.stride_score(refs, m), -m))
+        ranked = sorted(loops, key=lambda m: (CM.strided(refs, m), -CM.stride_score(refs, m), -m))
     else:
         ranked = [n - 1] if n - 1 in loops else []  # the order is fixed: only the last
     if not ranked:
@@ -258,7 +259,7 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
         if _simd_legal(node, plan, deps, permutable):
             choice = plan
             break
-    if choice is None or (_strided(refs, choice.innermost) and not _strided(refs, ranked[0])):
+    if choice is None or (CM.strided(refs, choice.innermost) and not CM.strided(refs, ranked[0])):
         # no vector loop without gathers where a loop with none exists (softmax's row
         # reduction: better a scalar reduction over a row than SIMD down a column)
         c = ranked[0]
@@ -270,13 +271,6 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     if not choice.simd and not choice.unrolled and not permutable:
         return None
     return choice
-
-
-def _strided(refs: list[CM.Reference], m: int) -> bool:
-    """Some reference jumps in memory along member m (a gather or scatter in SIMD code).
-    References of statements that member m does not move (steps None) do not count."""
-    return any(all(row[m] is not None for row in r.steps)
-               and not r.invariant(m) and not r.unit_stride(m) for r in refs)
 
 
 def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],

@@ -76,9 +76,7 @@ def _too_little_work(node: isl.ScheduleNode, k: int, program: Program, min_work:
     work = _box_volume(U.sets_of(domain))
     if regions is None or work is None or regions <= 1:
         return False
-    strided = any(all(row[k] is not None for row in r.steps)
-                  and not r.invariant(k) and not r.unit_stride(k)
-                  for r in CM.band_references(node, program))
+    strided = CM.strided(CM.band_references(node, program), k)
     return work * (STRIDED_WEIGHT if strided else 1) < min_work * regions
 
 
