@@ -6,9 +6,11 @@ from __future__ import annotations
 import islpy as isl
 import pytest
 
+from benchmarks.polybench import defs
 from polycomp import Program
 from polycomp import islutil as U
 from polycomp.errors import IllegalScheduleError
+from polycomp.frontend.loops import parse_c
 from polycomp.options import Options
 from polycomp.scheduler import compute_dependences
 from polycomp.scheduler import tree as T
@@ -326,13 +328,6 @@ def test_a_parallel_band_over_cut_statements_is_distributed_into_their_bands():
     A[i][j] -= Q[i][k] * R[k][j] under one j loop and cuts their i loops apart; j carries
     nothing, so it is distributed into each statement's band: (j, i), tileable, where
     the intra-tile pass makes j the vector loop (3.5 s -> 0.41 s at LARGE)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.append(str(Path(__file__).resolve().parents[1]))
-    from benchmarks.polybench import defs
-    from polycomp.frontend.loops import parse_c
-
     kdef = defs.get_kernel("gramschmidt")
     program = parse_c(kdef.c_source()).get(kdef.function).lower(kdef.sizes["SMALL"])
     deps = compute_dependences(program)
