@@ -205,7 +205,7 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program,
         loops = [m for m in range(pinned, n) if T.is_loop_member(node, m)]
         if not loops:
             return None
-        c = min(loops, key=lambda m: (CM.strided(refs, m), -CM.stride_score(refs, m), -m))
+        c = min(loops, key=lambda m: _vector_rank(refs, m))
         if c != n - 1:
             order = Plan(tuple(m for m in range(n) if m != c), c, (), 1, True)
             node = replace_band(node, plan_schedule(node, order), deps, True)
@@ -247,7 +247,7 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     permutable = bool(node.band_get_permutable()) or n == 1
     refs = CM.band_references(node, program)
     if permutable:
-        ranked = sorted(loops, key=lambda m: (CM.strided(refs, m), -CM.stride_score(refs, m), -m))
+        ranked = sorted(loops, key=lambda m: _vector_rank(refs, m))
     else:
         ranked = [n - 1] if n - 1 in loops else []  # the order is fixed: only the last
     if not ranked:
@@ -271,6 +271,12 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     if not choice.simd and not choice.unrolled and not permutable:
         return None
     return choice
+
+
+def _vector_rank(refs: list[CM.Reference], m: int) -> tuple:
+    """Sort key, best vector loop first: no gathers, then the stride score, then the
+    later member."""
+    return (CM.strided(refs, m), -CM.stride_score(refs, m), -m)
 
 
 def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],

@@ -45,8 +45,7 @@ def carried_by_member(node: isl.ScheduleNode, k: int, deps: isl.UnionMap) -> isl
     agree on every outer dimension and differ on member k."""
     domain = node.get_domain()
     local = deps.intersect_domain(domain).intersect_range(domain)
-    outer = node.get_prefix_schedule_union_map().flat_range_product(
-        T.members_union_map(node, range(k)))
+    outer = T.outer_schedule(node, k)
     same_outer = local.intersect(outer.apply_range(outer.reverse()))
     member = T.member_union_map(node, k)
     return same_outer.subtract(member.apply_range(member.reverse()))

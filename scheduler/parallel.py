@@ -70,9 +70,7 @@ def _too_little_work(node: isl.ScheduleNode, k: int, program: Program, min_work:
     regions of ~1250). Counts are bounding boxes of the specialised domains; with symbolic
     sizes the loop is always marked."""
     domain = node.get_domain()
-    outer = node.get_prefix_schedule_union_map().intersect_domain(domain).flat_range_product(
-        T.members_union_map(node, range(k)))
-    regions = _box_volume(U.sets_of(outer.range()))
+    regions = _box_volume(U.sets_of(T.outer_schedule(node, k).range()))
     work = _box_volume(U.sets_of(domain))
     if regions is None or work is None or regions <= 1:
         return False

@@ -45,14 +45,20 @@ def members_union_map(node: isl.ScheduleNode, members: range) -> isl.UnionMap:
     return out
 
 
+def outer_schedule(node: isl.ScheduleNode, k: int) -> isl.UnionMap:
+    """The schedule around member ``k`` of the band at ``node``: the prefix above the band
+    and members 0..k-1, over the band's instances."""
+    return node.get_prefix_schedule_union_map().intersect_domain(
+        node.get_domain()).flat_range_product(members_union_map(node, range(k)))
+
+
 def is_loop_member(node: isl.ScheduleNode, k: int) -> bool:
     """Member ``k`` of a band takes more than one value for some values of the loops
     around it (the prefix schedule and members 0..k-1); else isl writes no loop for it
     but computes its one value. After a wavefront a tile loop is a function of the
     wavefront loop; isl's scheduler can put j in a member below one on 788t + j."""
     domain = node.get_domain()
-    outer = node.get_prefix_schedule_union_map().intersect_domain(domain).flat_range_product(
-        members_union_map(node, range(k)))
+    outer = outer_schedule(node, k)
     member = member_union_map(node, k).intersect_domain(domain)
     same_outer = outer.apply_range(outer.reverse())
     return not same_outer.subtract(member.apply_range(member.reverse())).is_empty()
