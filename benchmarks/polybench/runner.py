@@ -28,6 +28,7 @@ Functions the rest of the project may use: :func:`plan_variants`,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import os
 import platform
@@ -41,6 +42,7 @@ from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
+from .. import busy
 from . import compare, defs, peers
 from .report import ERROR, OK, SKIPPED, WRONG, Result, markdown_table, plot_speedups, write_csv
 
@@ -404,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", default="",
                    help="VARIANT:KERNEL,... cells to leave out (variant name or prefix, "
                         "e.g. polycomp-isl:ludcmp)")
+    p.add_argument("--busy", action="store_true",
+                   help="time everything beside a competing busy process on the last core "
+                        "(benchmarks/busy.py); results go to polybench_<SIZE>_busy.*")
     p.add_argument("--list", action="store_true", help="list the kernels and exit")
     p.add_argument("--matmul", action="store_true",
                    help="instead: float32 matmul GFLOP/s, polycomp vs numpy (benchmarks/matmul.py)")
@@ -472,15 +477,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    results = run_suite(kernels, args.size, variants, args.repeat, args.budget,
-                        show_progress=not args.no_progress, skip=skip)
+    header = environment_lines(args.size, args.threads, args.repeat, args.budget)
+    load = busy.competing_load() if args.busy else contextlib.nullcontext()
+    with load:
+        results = run_suite(kernels, args.size, variants, args.repeat, args.budget,
+                            show_progress=not args.no_progress, skip=skip)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"polybench_{args.size}"
+    stem = f"polybench_{args.size}" + ("_busy" if args.busy else "")
+    if args.busy:
+        header.append(f"- load: {busy.describe()}")
     table = markdown_table(
         results, BASELINE, title=f"PolyBench {args.size}: seconds (speedup over {BASELINE})",
-        header_lines=environment_lines(args.size, args.threads, args.repeat, args.budget))
+        header_lines=header)
     (out / f"{stem}.md").write_text(table)
     write_csv(results, out / f"{stem}.csv", BASELINE)
     made_png = plot_speedups(results, out / f"{stem}.png", BASELINE,
