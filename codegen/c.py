@@ -29,7 +29,7 @@ from polycomp.options import Options
 from polycomp.scheduler import tree as T  # mark names
 
 from .ast import build_ast, expression_builder, loop_iterator
-from .cexpr import ADD, CTYPES, PRIMARY, Helpers, Text, ValuePrinter, ast_expr
+from .cexpr import ADD, ARG_CTYPES, CTYPES, PRIMARY, Helpers, Text, ValuePrinter, ast_expr
 from .names import c_name
 from .source import CArgument, Source
 
@@ -73,7 +73,7 @@ def generate_c(program: Program, schedule: isl.Schedule, options: Options) -> So
 
 def _arguments(program: Program) -> tuple[CArgument, ...]:
     args = [CArgument("size", p, "long", "int64") for p in program.params]
-    args += [CArgument("scalar", s.name, CTYPES[s.dtype], s.dtype) for s in program.scalars]
+    args += [CArgument("scalar", s.name, ARG_CTYPES[s.dtype], s.dtype) for s in program.scalars]
     args += [CArgument("array", a.name, CTYPES[a.dtype], a.dtype) for a in program.arrays]
     return tuple(args)
 

@@ -23,6 +23,11 @@ CTYPES = {
     "uint64": "uint64_t", "float16": "_Float16", "float32": "float", "float64": "double",
 }
 
+# the C type of a scalar passed by value to the entry: as CTYPES, except that a float16
+# travels as a float (ctypes has no _Float16, and the ABIs pass the two differently) and
+# is narrowed where it is read (ValuePrinter._scalar); the runtime rounds it to float16
+ARG_CTYPES = {**CTYPES, "float16": "float"}
+
 # Precedence levels (higher binds tighter).
 PRIMARY, UNARY, MUL, ADD, REL, EQ, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 5, 4, 3
 
@@ -177,6 +182,8 @@ class ValuePrinter:
         return self.params[node.name]
 
     def _scalar(self, node: E.Scalar) -> Text:
+        if node.dtype == "float16":  # passed as a float holding a float16 value (ARG_CTYPES)
+            return Text(f"(_Float16){self.scalars[node.name]}", UNARY)
         return Text(self.scalars[node.name])
 
     def _access(self, node: E.Access) -> Text:

@@ -12,7 +12,7 @@ wrong argument can never make C read or write outside an array.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +20,33 @@ import numpy as np
 from . import islutil as U
 from .errors import ArgumentError
 from .ir import Interface, ScalarArg, TensorArg
+from .memory import check_buffer
+
+# sizes become C `long` constants and isl parameters; beyond this they overflow the
+# index arithmetic of generated loops (products of two extents must stay in int64)
+MAX_SIZE = 2**62
+
+
+def check_sizes(sizes: object, what: str = "sizes") -> dict[str, int]:
+    """``sizes`` given to compile(...) or Kernel.specialize as a checked {name: int} dict."""
+    if not isinstance(sizes, Mapping):
+        raise ArgumentError(f"{what} must be a mapping from size names to integers, "
+                            f"not {type(sizes).__name__}", hint="e.g. sizes={'N': 1024}")
+    out: dict[str, int] = {}
+    for name, value in sizes.items():
+        if not isinstance(name, str):
+            raise ArgumentError(f"{what}: the size name {name!r} is not a string",
+                                hint="e.g. sizes={'N': 1024}")
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ArgumentError(f"{what}: size '{name}' must be an integer, not {value!r}",
+                                hint=f"e.g. sizes={{'{name}': 1024}}")
+        if not -MAX_SIZE <= int(value) <= MAX_SIZE:
+            raise ArgumentError(f"{what}: size '{name}' = {int(value)} is out of range",
+                                hint="sizes must lie within +-2**62")
+        out[name] = int(value)
+    return out
 
 
 @dataclass
@@ -72,7 +99,16 @@ def bind(kernel_name: str, interface: Interface, args: Sequence[object]) -> Boun
         if array.flags.c_contiguous:
             bound.values[spec.name] = array
         else:
-            copy = np.ascontiguousarray(array)
+            # the logical size first: a np.broadcast_to view of one element can stand for
+            # terabytes, and copying it would raise MemoryError or swap for minutes
+            check_buffer(array.shape, array.dtype,
+                         f"argument '{spec.name}' of '{kernel_name}' (not C-contiguous, so copied)")
+            try:
+                copy = np.ascontiguousarray(array)
+            except MemoryError:
+                raise ArgumentError(f"cannot copy argument '{spec.name}' of '{kernel_name}' "
+                                    f"(shape {array.shape}) to a contiguous array: out of memory",
+                                    hint="pass a C-contiguous array") from None
             bound.values[spec.name] = copy
             if spec.updated:
                 bound.write_back.append((array, copy))

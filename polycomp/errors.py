@@ -128,7 +128,14 @@ class OptionError(PolycompError):
 
 
 class ArgumentError(PolycompError):
-    """A kernel called with arguments of the wrong kind, dtype, rank or shape."""
+    """A kernel called with arguments of the wrong kind, dtype, rank or shape, or an API
+    function (compile, compile_loops, Program.from_isl...) given a value of the wrong kind."""
+
+
+class IntegerDivisionError(PolycompError):
+    """An integer division or modulo by zero (or the overflowing MIN / -1) met while a
+    kernel ran: C leaves it undefined and the CPU traps, so generated code checks the
+    divisor and the call raises this instead."""
 
 
 class IllegalScheduleError(PolycompError):

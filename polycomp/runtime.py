@@ -21,7 +21,8 @@ import numpy as np
 from . import arguments
 from .build import build_library
 from .driver import Compiled, compile_program
-from .errors import ArgumentError, InternalError, PolycompError
+from .errors import (ArgumentError, CompilerError, IntegerDivisionError, InternalError,
+                     PolycompError)
 from .ir import Interface, Program
 from .memory import aligned_empty, aligned_zeros
 from .options import Options
@@ -31,8 +32,23 @@ SCALAR_CTYPES = {
     "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
     "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
     "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
+    # ctypes has no _Float16: the entry takes a float16 scalar as a C float
+    # (codegen/cexpr.ARG_CTYPES) and narrows it back; see scalar_value
     "float16": ctypes.c_float, "float32": ctypes.c_float, "float64": ctypes.c_double,
 }
+
+# entry return values (codegen/c.py STATUS): 0 done, 1 a gather index out of bounds,
+# 2 an integer division or modulo by zero or MIN / -1 (codegen/cexpr.py guards)
+STATUS_GATHER, STATUS_DIVISION = 1, 2
+
+
+def scalar_value(value: object, dtype: str) -> object:
+    """A checked scalar argument as ctypes receives it. A float16 value is rounded to
+    float16 here, as numpy does, and travels exactly as a C float."""
+    if dtype == "float16":
+        with np.errstate(over="ignore"):
+            return float(np.float16(value))  # type: ignore[arg-type]
+    return value
 
 
 class Definition(Protocol):
@@ -61,7 +77,14 @@ def load(compiled: Compiled, options: Options) -> ctypes._CFuncPtr:  # type: ign
     path = str(build_library(source.text, source.entry, options))
     with _LOCK:
         if path not in _LIBRARIES:
-            _LIBRARIES[path] = ctypes.CDLL(path)
+            try:
+                _LIBRARIES[path] = ctypes.CDLL(path)
+            except OSError as exc:
+                # e.g. a `cc` that exits 0 without writing a library
+                raise CompilerError(f"cannot load the library the C compiler built: {exc}",
+                                    hint="check that cc= / $CC names a C compiler that writes "
+                                         "the shared library it is asked for (-shared -o)"
+                                    ) from None
     function = getattr(_LIBRARIES[path], source.entry)
     function.restype = ctypes.c_int
     function.argtypes = [ctypes.c_void_p if a.kind == "array" else
@@ -91,6 +114,7 @@ class Kernel:
     # ------------------------------------------------------------------ compiling
     def specialize(self, sizes: Mapping[str, int]) -> Variant:
         """Compile (or fetch) the variant for these sizes."""
+        sizes = arguments.check_sizes(sizes)
         key = () if self.options.parametric else tuple(sorted((k, int(v)) for k, v in sizes.items()))
         variant = self._variants.get(key)
         if variant is None:
@@ -164,13 +188,19 @@ class Kernel:
             if arg.kind == "size":
                 call_args.append(bound.sizes[arg.name])
             elif arg.kind == "scalar":
-                call_args.append(bound.values[arg.name])
+                call_args.append(scalar_value(bound.values[arg.name], arg.dtype))
             else:
                 call_args.append(buffers[arg.name].ctypes.data)
         status = variant.function(*call_args)
         for original, copy in bound.write_back:
             original[...] = copy
-        if status == 1:
+        if status == STATUS_DIVISION:
+            raise IntegerDivisionError(
+                f"kernel '{self.name}': an integer division or modulo by zero (or the "
+                f"overflowing MIN / -1) at run time; the outputs are incomplete",
+                hint="check the divisors' values (a zero from the data, or -1 against the "
+                     "type's minimum)")
+        if status == STATUS_GATHER:
             raise ArgumentError(f"kernel '{self.name}': a data-dependent index (gather) was out of "
                                 f"bounds; the out-of-bounds reads were skipped",
                                 hint="check the index tensor's values against the gathered extent")

@@ -9,8 +9,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 
 from .errors import OptionError
+
+
+def max_threads() -> int:
+    """The largest thread count set_num_threads accepts: 4 threads per CPU of the machine,
+    at least 64. More threads than that only slow a parallel loop down (each gets under
+    a quarter of a core, and a static schedule waits for the slowest), while libgomp
+    itself fails badly on absurd counts: it segfaults creating 100000 threads, and a
+    count beyond a C int wraps (2**32 + 3 becomes 3) or asks for terabytes of thread
+    descriptors and exits the process."""
+    return max(64, 4 * (os.cpu_count() or 1))
 
 
 @functools.lru_cache(maxsize=1)
@@ -22,7 +33,13 @@ def _libgomp() -> ctypes.CDLL:
 def set_num_threads(n: int) -> None:
     """Use ``n`` OpenMP threads in every kernel called from this Python thread."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise OptionError(f"the thread count must be a positive integer, not {n!r}")
+        raise OptionError(f"the thread count must be a positive integer, not {n!r}",
+                          hint=f"e.g. set_num_threads({os.cpu_count() or 1})")
+    if n > max_threads():
+        raise OptionError(f"the thread count {n} is more than polycomp allows on this "
+                          f"machine ({max_threads()}: 4 per CPU, at least 64)",
+                          hint=f"this machine has {os.cpu_count()} CPUs; e.g. "
+                               f"set_num_threads({os.cpu_count() or 1})")
     _libgomp().omp_set_num_threads(ctypes.c_int(n))
 
 
