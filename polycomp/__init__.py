@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .errors import PolycompError
+from .arguments import check_sizes
+from .errors import ArgumentError, PolycompError
 from .ir import Program
 from .options import Options
 from .runtime import Kernel
@@ -32,6 +33,7 @@ def compile(source: str, entry: str | None = None, *, sizes: Mapping[str, int] |
     """
     from .frontend.tc import parse
 
+    _check_api("compile", source, entry, "entry", file)
     opts = Options.create(**options)
     definition = parse(source, file=file).get(entry)
     return _finish(Kernel(definition, opts), sizes)
@@ -47,6 +49,7 @@ def compile_loops(c_source: str, function: str | None = None, *,
     """
     from .frontend.loops import parse_c
 
+    _check_api("compile_loops", c_source, function, "function", file)
     opts = Options.create(**options)
     definition = parse_c(c_source, file=file).get(function)
     return _finish(Kernel(definition, opts), sizes)
@@ -56,6 +59,9 @@ def compile_program(program: Program, *, sizes: Mapping[str, int] | None = None,
                     **options: object) -> Kernel:
     """A Kernel for a Program built directly (``Program.from_isl``): every array is an
     argument updated in place."""
+    if not isinstance(program, Program):
+        raise ArgumentError(f"compile_program takes a Program, not {type(program).__name__}",
+                            hint="build one with Program.from_isl(...)")
     return _finish(Kernel(ProgramDefinition(program), Options.create(**options)), sizes)
 
 
@@ -71,9 +77,26 @@ class ProgramDefinition:
         return self.program if sizes is None else self.program.specialize(sizes)
 
 
+def _check_api(function: str, source: object, entry: object, entry_word: str,
+               file: object) -> None:
+    """The plain Python arguments of compile/compile_loops, before any parsing."""
+    if isinstance(source, (bytes, bytearray)):
+        raise ArgumentError(f"{function} takes the source as str, not {type(source).__name__}",
+                            hint="decode it first, e.g. source.decode('utf-8')")
+    if not isinstance(source, str):
+        raise ArgumentError(f"{function} takes the source as str, not {type(source).__name__}",
+                            hint="pass the program text (read a file with open(path).read())")
+    if entry is not None and not isinstance(entry, str):
+        raise ArgumentError(f"{function}: {entry_word} must be a name (str) or None, "
+                            f"not {entry!r}", hint=f"e.g. {entry_word}='main'")
+    if file is not None and not isinstance(file, str):
+        raise ArgumentError(f"{function}: file must be a file name (str) or None, not {file!r}",
+                            hint="file= only names the source in error messages")
+
+
 def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
     if sizes is not None or kernel.options.parametric:
-        kernel.specialize(dict(sizes or {}))
+        kernel.specialize(check_sizes(sizes if sizes is not None else {}))
     return kernel
 
 

@@ -133,9 +133,10 @@ class ArgumentError(PolycompError):
 
 
 class IntegerDivisionError(PolycompError):
-    """An integer division or modulo by zero (or the overflowing MIN / -1) met while a
-    kernel ran: C leaves it undefined and the CPU traps, so generated code checks the
-    divisor and the call raises this instead."""
+    """An integer division or modulo by zero (or the overflowing MIN / -1): refused at
+    compile time when the divisor is a constant, and otherwise met while a kernel ran
+    (C leaves it undefined and the CPU traps, so generated code checks the divisor and
+    the call raises this instead)."""
 
 
 class IllegalScheduleError(PolycompError):

@@ -7,13 +7,15 @@ Output: a validated :class:`polycomp.ir.Program` whose arrays are all updated in
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 
 import islpy as isl
 
 from . import expr as E
 from . import islutil as U
-from .errors import NonAffineError, ParseError, PolycompError, TypeMismatchError
+from .errors import (ArgumentError, DuplicateNameError, Location, NonAffineError, ParseError,
+                     PolycompError, TypeMismatchError)
 from .ir import Array, Program, Statement, sequential_schedule
 
 dim = isl.dim_type
@@ -22,8 +24,25 @@ dim = isl.dim_type
 def program_from_isl(name: str, arrays: Mapping[str, tuple[str, Sequence[int | str]]],
                      statements: Sequence[Mapping[str, object]], context: str | None,
                      schedule: str | None) -> Program:
-    decls = {n: (_dtype(n, dt), tuple(shape)) for n, (dt, shape) in arrays.items()}
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"Program.from_isl: the program name must be a non-empty str, "
+                            f"not {name!r}", hint="e.g. Program.from_isl('stencil', ...)")
+    if not isinstance(arrays, Mapping):
+        raise ArgumentError("Program.from_isl: arrays must map names to (dtype, shape)",
+                            hint="e.g. arrays={'A': ('float64', ('N',))}")
+    decls = {_array_name(n): _declaration(n, decl) for n, decl in arrays.items()}
+    if isinstance(statements, (str, bytes, Mapping)) or not isinstance(statements, Sequence):
+        raise ArgumentError("Program.from_isl: statements must be a list of dicts",
+                            hint="e.g. statements=[dict(domain=..., write=..., reads=[...])]")
     stmts = [_statement(k, spec, decls) for k, spec in enumerate(statements)]
+    seen: set[str] = set()
+    for s in stmts:
+        if s.name in seen:
+            raise DuplicateNameError(f"two statements are named {s.name}",
+                                     Location(node=s.name),
+                                     hint="give each domain its own tuple name (S0, S1, ...), "
+                                          "or leave the names out")
+        seen.add(s.name)
     params: list[str] = []
     for s in stmts:
         params += [p for p in U.param_names(s.domain) if p not in params]
@@ -38,6 +57,36 @@ def program_from_isl(name: str, arrays: Mapping[str, tuple[str, Sequence[int | s
                 else sequential_schedule(stmts))
     program = Program(name, tuple(params), array_objs, tuple(stmts), original, ctx)
     return program.validate()
+
+
+def _array_name(name: object) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ArgumentError(f"Program.from_isl: array name {name!r} is not an identifier",
+                            hint="array names are isl tuple names: letters, digits, '_'")
+    return name
+
+
+def _declaration(array: str, decl: object) -> tuple[str, tuple[int | str, ...]]:
+    """(dtype, shape) with every dimension an extent >= 0 or a size name."""
+    if (isinstance(decl, (str, bytes)) or not isinstance(decl, Sequence) or len(decl) != 2
+            or isinstance(decl[1], (str, bytes)) or not isinstance(decl[1], Sequence)):
+        raise ArgumentError(f"Program.from_isl: array '{array}' must be declared as "
+                            f"(dtype, shape), not {decl!r}",
+                            hint=f"e.g. arrays={{'{array}': ('float64', ('N', 16))}}")
+    dtype, shape = decl
+    for d in shape:
+        if isinstance(d, str):
+            # sizes become isl parameters and C names: isl reads '0a' as a number and
+            # cannot name a dimension ''
+            if not d.isidentifier():
+                raise ArgumentError(f"Program.from_isl: array '{array}' has a size named {d!r}, "
+                                    "which is not an identifier",
+                                    hint="size names are letters, digits and '_', not starting "
+                                         "with a digit, e.g. 'N'")
+        elif isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0:
+            raise ArgumentError(f"Program.from_isl: array '{array}' has extent {d!r}",
+                                hint="an extent is an integer >= 0 or a size name")
+    return _dtype(array, dtype), tuple(d if isinstance(d, str) else int(d) for d in shape)
 
 
 def _dtype(array: str, dtype: str) -> str:
@@ -55,6 +104,11 @@ def _parse(cls: type, text: object, what: str):
 
 
 def _statement(k: int, spec: Mapping[str, object], decls: Mapping[str, tuple[str, tuple]]) -> Statement:
+    if not isinstance(spec, Mapping) or "domain" not in spec or "write" not in spec:
+        raise ArgumentError(f"Program.from_isl: statement {k} must be a dict with 'domain' "
+                            f"and 'write' (and 'reads', 'body', 'reduction'), not {spec!r}",
+                            hint="e.g. dict(domain='{ S0[i] : 0 <= i < 8 }', "
+                                 "write='{ S0[i] -> A[i] }', reads=['{ S0[i] -> B[i] }'])")
     domain = _parse(isl.Set, spec["domain"], "domain")
     sname = domain.get_tuple_name() or f"S{k}"
     domain = domain.set_tuple_name(sname)

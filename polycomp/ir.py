@@ -23,6 +23,7 @@ The research door: ``Program.from_isl`` builds a Program from isl strings, e.g.:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -30,7 +31,8 @@ import islpy as isl
 
 from . import expr as E
 from . import islutil as U
-from .errors import Location, OutOfBoundsError, PolycompError, UnknownNameError
+from .errors import (IntegerDivisionError, Location, OutOfBoundsError, PolycompError,
+                     RangeInferenceError, UnknownNameError)
 
 ROLES = ("input", "output", "inout", "temporary")
 dim = isl.dim_type
@@ -211,8 +213,11 @@ class Program:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> Program:
-        """Prove every access in bounds (for every parameter value in the context)."""
+        """Prove every access in bounds (for every parameter value in the context), every
+        domain bounded, and no integer division by a constant zero."""
         for s in self.statements:
+            _check_bounded(self, s)
+            _check_divisions(s)
             accesses = [(s.write, s.target)] + list(zip(s.reads, s.read_accesses()))
             for access_map, node in accesses:
                 _check_in_bounds(self, s, access_map, node)
@@ -257,6 +262,65 @@ def _declared_dims(array: Array) -> tuple[int | str | isl.PwAff, ...]:
         else:
             out.append(pa)
     return tuple(out)
+
+
+def _check_bounded(program: Program, stmt: Statement) -> None:
+    """A domain unbounded for some parameter value would make a loop without end (isl
+    prints `for (c0 = 0; ; c0 += 1)`); its accesses can still all be in bounds."""
+    domain = stmt.domain.intersect_params(program.context)
+    if domain.is_bounded():
+        return
+    n = domain.dim(dim.set)
+    free = [name for k, name in enumerate(stmt.iterators)
+            if not domain.project_out(dim.set, k + 1, n - k - 1).project_out(dim.set, 0, k)
+            .is_bounded()]
+    which = f" (iterator {', '.join(free)})" if free else ""
+    raise RangeInferenceError(
+        f"statement {stmt.name} has an unbounded domain{which}: {stmt.domain}; its loops "
+        "would never end", stmt.location,
+        hint="bound every iterator from both sides for every size, e.g. "
+             "{ S0[i] : 0 <= i < N }")
+
+
+def _check_divisions(stmt: Statement) -> None:
+    """An integer / or % whose divisor is a constant zero (after folding literals and
+    substituting sizes) is refused here: gcc compiles it to a trap instruction that kills
+    the process. Divisors known only at run time are checked by the generated code."""
+    for node in E.walk(stmt.expr):
+        if (isinstance(node, E.Binary) and node.op in ("div", "mod", "floordiv", "floormod")
+                and not E.is_float(node.lhs.dtype) and not E.is_float(node.rhs.dtype)
+                and constant_value(node.rhs) == 0):
+            raise IntegerDivisionError(
+                f"statement {stmt.name} divides by zero: {format_expr(node)} "
+                f"(the divisor {format_expr(node.rhs)} is 0)",
+                getattr(node.rhs, "loc", None) or stmt.location,
+                hint="an integer division or modulo by zero is undefined; use a non-zero "
+                     "divisor, or a float type")
+
+
+def constant_value(node: E.Expr) -> int | float | bool | None:
+    """The value of an expression of constants only (integer / and % truncate, as in C),
+    or None."""
+    if isinstance(node, E.Const):
+        return node.value
+    if isinstance(node, E.Cast) and not E.is_float(node.dtype):
+        v = constant_value(node.operand)
+        return None if v is None or isinstance(v, float) and not math.isfinite(v) else int(v)
+    if isinstance(node, E.Unary) and node.op == "neg":
+        v = constant_value(node.operand)
+        return None if v is None else -v
+    if isinstance(node, E.Binary) and node.op in ("add", "sub", "mul", "div", "mod"):
+        a, b = constant_value(node.lhs), constant_value(node.rhs)
+        if a is None or b is None:
+            return None
+        if node.op in ("add", "sub", "mul"):
+            return a + b if node.op == "add" else a - b if node.op == "sub" else a * b
+        if b == 0 or isinstance(a, float) or isinstance(b, float):
+            return None
+        q = abs(int(a)) // abs(int(b))
+        q = q if (a >= 0) == (b >= 0) else -q
+        return q if node.op == "div" else int(a) - q * int(b)
+    return None
 
 
 def _check_in_bounds(program: Program, stmt: Statement, access_map: isl.Map, node: E.Access) -> None:

@@ -20,6 +20,9 @@ from .errors import OptionError
 TARGETS = ("openmp",)
 SCHEDULERS = ("none", "isl", "pluto", "custom")
 FUSIONS = ("smart", "max", "typed", "none")
+# a tile size is a C constant in loop bounds and strides: keep products of a tile size and
+# a tile counter far from long overflow (no loop has 2**31 iterations in one tile anyway)
+MAX_TILE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,10 @@ class Options:
                               "union map, as text)")
         if self.tile_sizes is not None and (
                 isinstance(self.tile_sizes, (str, bytes)) or not all(
-                    isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.tile_sizes)):
-            raise OptionError(f"option 'tile_sizes' must be positive integers, not {self.tile_sizes!r}")
+                    isinstance(t, int) and not isinstance(t, bool) and 1 <= t <= MAX_TILE
+                    for t in self.tile_sizes)):
+            raise OptionError(f"option 'tile_sizes' must be integers from 1 to {MAX_TILE}, "
+                              f"not {self.tile_sizes!r}", hint="e.g. tile_sizes=[32, 32, 8]")
         if (not isinstance(self.parallel_min_work, int) or isinstance(self.parallel_min_work, bool)
                 or self.parallel_min_work < 0):
             raise OptionError("option 'parallel_min_work' must be a non-negative integer, "
@@ -94,6 +99,16 @@ class Options:
                     not isinstance(g, str) and all(isinstance(n, str) for n in g) for g in self.partition)):
             raise OptionError("option 'partition' must be groups of statement names",
                               hint="e.g. partition=[['S0', 'S1'], ['S2']]")
+        if self.partition is not None:
+            names = [n for g in self.partition for n in g]
+            if any(len(g) == 0 for g in self.partition):
+                raise OptionError("option 'partition' has an empty group",
+                                  hint="every group names at least one statement, e.g. "
+                                       "partition=[['S0', 'S1'], ['S2']]")
+            if len(set(names)) != len(names):
+                twice = sorted({n for n in names if names.count(n) > 1})
+                raise OptionError(f"option 'partition' names {', '.join(twice)} more than once",
+                                  hint="each statement belongs to one group")
         if self.cc is not None and (not isinstance(self.cc, str) or not self.cc):
             raise OptionError(f"option 'cc' must be a compiler command name, not {self.cc!r}")
         if self.cflags is not None:

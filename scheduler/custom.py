@@ -46,4 +46,8 @@ def schedule_custom(program: Program, deps: Dependences, options: Options) -> is
     except isl.Error as exc:
         raise ParseError(f"cannot read the schedule map: {str(exc).splitlines()[0]}",
                          hint="e.g. { S0[i, j] -> [j, i] }") from None
+    if not time.intersect_domain(domain).is_single_valued():
+        raise IllegalScheduleError("the schedule map gives some statement instance two times",
+                                   hint="give each statement one affine map, e.g. "
+                                        "{ S0[i, j] -> [j, i] }")
     return tree_from_schedule_map(domain, time)
