@@ -148,7 +148,7 @@ class _Emitter:
     def _outline(self, node: isl.AstNode) -> c.Generable:
         """``node`` as a static function of the enclosing iterators and the entry's
         arguments (restrict pointers), and the call that replaces it."""
-        gathers = self.gathers
+        gathers, guards = self.gathers, self.helpers.guards
         body = self.emit(node)
         name = f"{entry_name(self.program)}_par{len(self.outlined)}"
         args = [(a, _declarator(a, self.program)) for a in self.outline_arguments]
@@ -157,9 +157,11 @@ class _Emitter:
             c.FunctionDeclaration(c.Value("static int __attribute__((noinline))", name), params),
             c.Block([c.Line(f"int {STATUS} = 0;"), body, c.Statement(f"return {STATUS}")])))
         call = f"{name}({', '.join(self.scope + [d[1] for _, d in args])})"
-        if self.gathers == gathers:
+        if self.gathers == gathers and self.helpers.guards == guards:
             return c.Statement(call)
-        return c.If(call, c.Block([c.Pragma("omp atomic write"), c.Statement(f"{STATUS} = 1")]))
+        # the body's status (1 gather, 2 division: codegen/cexpr.py) becomes the caller's
+        return c.Block([c.Line(f"int {STATUS}_body = {call};"), c.If(f"{STATUS}_body", c.Block(
+            [c.Pragma("omp atomic write"), c.Statement(f"{STATUS} = {STATUS}_body")]))])
 
     def _mark(self, node: isl.AstNode) -> c.Generable:
         mark = node.mark_get_id()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polycomp import expr as E
+from polycomp.ir import constant_value
 
 CTYPES = {
     "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
@@ -27,6 +28,11 @@ CTYPES = {
 # travels as a float (ctypes has no _Float16, and the ABIs pass the two differently) and
 # is narrowed where it is read (ValuePrinter._scalar); the runtime rounds it to float16
 ARG_CTYPES = {**CTYPES, "float16": "float"}
+
+# the status local of every generated function (codegen/c.py returns it): 0 done,
+# 1 a gather index out of bounds, 2 an integer division fault (polycomp/runtime.py)
+STATUS = "polycomp_status"
+STATUS_DIVISION = 2
 
 # Precedence levels (higher binds tighter).
 PRIMARY, UNARY, MUL, ADD, REL, EQ, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 5, 4, 3
@@ -73,7 +79,36 @@ HELPER_TEMPLATES = {
     "abs": "static inline {t} polycomp_abs_{d}({t} a) {{ return a < 0 ? -a : a; }}",
     "sigmoid": "static inline {t} polycomp_sigmoid_{d}({t} x) "
                "{{ return ({t})1 / (({t})1 + {exp}(-x)); }}",
+    # integer / and % with a divisor known only at run time: C leaves d == 0 (and, signed,
+    # MIN / -1) undefined and x86 traps (SIGFPE); record the fault, give 0, go on
+    "div": "static inline {t} polycomp_div_{d}({t} n, {t} d, int *status) "
+           "{{ if (__builtin_expect({bad}, 0)) "
+           "{{ __atomic_store_n(status, " + str(STATUS_DIVISION) + ", __ATOMIC_RELAXED); "
+           "return 0; }} return n / d; }}",
+    "mod": "static inline {t} polycomp_mod_{d}({t} n, {t} d, int *status) "
+           "{{ if (__builtin_expect({bad}, 0)) "
+           "{{ __atomic_store_n(status, " + str(STATUS_DIVISION) + ", __ATOMIC_RELAXED); "
+           "return 0; }} return n % d; }}",
 }
+
+# C's integer promotions and usual arithmetic conversions on dtypes: the type in which
+# `a / b` is computed (int is 32 bits and long 64 on every target polycomp builds for)
+_PROMOTED = {"bool": "int32", "int8": "int32", "int16": "int32", "uint8": "int32",
+             "uint16": "int32"}
+_RANK = {"int32": 1, "uint32": 1, "int64": 2, "uint64": 2}
+_MIN = {"int32": "INT32_MIN", "int64": "INT64_MIN"}
+
+
+def arithmetic_type(a: str, b: str) -> str:
+    """The dtype C computes ``a op b`` in, for integer dtypes a and b."""
+    a, b = _PROMOTED.get(a, a), _PROMOTED.get(b, b)
+    if a == b:
+        return a
+    if a.startswith("int") == b.startswith("int"):
+        return a if _RANK[a] > _RANK[b] else b
+    signed, unsigned = (a, b) if a.startswith("int") else (b, a)
+    # an unsigned type of the same or greater rank wins; int64 holds every uint32
+    return unsigned if _RANK[unsigned] >= _RANK[signed] else signed
 
 
 @dataclass
@@ -81,12 +116,16 @@ class Helpers:
     """The helper functions a translation unit needs, in first-use order."""
 
     used: dict[str, str] = field(default_factory=dict)
+    guards: int = 0  # checked divisions printed so far (codegen/c.py propagates the status)
 
     def need(self, kind: str, dtype: str | None = None) -> str:
         name = f"polycomp_{kind}" if dtype is None else f"polycomp_{kind}_{dtype}"
         if name not in self.used:
             if dtype is None:
                 self.used[name] = HELPER_TEMPLATES[kind]
+            elif kind in ("div", "mod"):
+                bad = f"d == 0 || (d == -1 && n == {_MIN[dtype]})" if dtype in _MIN else "d == 0"
+                self.used[name] = HELPER_TEMPLATES[kind].format(t=CTYPES[dtype], d=dtype, bad=bad)
             else:
                 ctype = CTYPES[dtype]
                 exp = "expf" if dtype in ("float16", "float32") else "exp"
@@ -212,6 +251,11 @@ class ValuePrinter:
         if node.op == "mod" and E.is_float(node.dtype):
             fn = MATH_FN("fmod", node.dtype)
             return Text(f"{fn}({lhs.code}, {rhs.code})")
+        if node.op in ("div", "mod") and _needs_guard(node):
+            work = arithmetic_type(node.lhs.dtype, node.rhs.dtype)
+            self.helpers.guards += 1
+            fn = self.helpers.need(node.op, work)
+            return Text(f"{fn}({lhs.code}, {rhs.code}, &{STATUS})")
         sym, prec = BINARY[node.op]
         return _infix(sym, prec, [lhs, rhs])
 
@@ -245,6 +289,20 @@ class ValuePrinter:
     @staticmethod
     def _narrow(text: Text, dtype: str) -> Text:
         return Text(f"(_Float16){text.at(UNARY)}", UNARY) if dtype == "float16" else text
+
+
+def _needs_guard(node: E.Binary) -> bool:
+    """An integer / or % whose divisor may be 0 (or -1, for a signed type) at run time.
+    Float division needs no guard (it gives inf or nan); a constant divisor other than
+    0 and -1 none either (ir.validate refuses a constant 0; it stays guarded here only
+    if something escaped that check)."""
+    if E.is_float(node.lhs.dtype) or E.is_float(node.rhs.dtype):
+        return False
+    divisor = constant_value(node.rhs)
+    if divisor is None or isinstance(divisor, float):
+        return True
+    signed = arithmetic_type(node.lhs.dtype, node.rhs.dtype) in _MIN
+    return divisor == 0 or (signed and divisor == -1)
 
 
 def MATH_FN(func: str, dtype: str) -> str:  # noqa: N802 - reads as a table lookup

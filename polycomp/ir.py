@@ -291,8 +291,9 @@ def _check_divisions(stmt: Statement) -> None:
                 and not E.is_float(node.lhs.dtype) and not E.is_float(node.rhs.dtype)
                 and constant_value(node.rhs) == 0):
             raise IntegerDivisionError(
-                f"statement {stmt.name} divides by zero: {format_expr(node)} "
-                f"(the divisor {format_expr(node.rhs)} is 0)",
+                f"statement {stmt.name} divides by zero: {format_expr(node)}"
+                + ("" if isinstance(node.rhs, E.Const) else
+                   f" (the divisor {format_expr(node.rhs)} is 0)"),
                 getattr(node.rhs, "loc", None) or stmt.location,
                 hint="an integer division or modulo by zero is undefined; use a non-zero "
                      "divisor, or a float type")

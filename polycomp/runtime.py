@@ -197,7 +197,7 @@ class Kernel:
         if status == STATUS_DIVISION:
             raise IntegerDivisionError(
                 f"kernel '{self.name}': an integer division or modulo by zero (or the "
-                f"overflowing MIN / -1) at run time; the outputs are incomplete",
+                f"overflowing MIN / -1) at run time; the results are not valid",
                 hint="check the divisors' values (a zero from the data, or -1 against the "
                      "type's minimum)")
         if status == STATUS_GATHER:

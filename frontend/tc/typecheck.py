@@ -34,6 +34,7 @@ import numpy as np
 from polycomp import expr as E
 from polycomp.errors import (
     DefinitionOrderError,
+    IntegerDivisionError,
     NonAffineError,
     PolycompError,
     RankMismatchError,
@@ -219,7 +220,16 @@ class Typer:
             return Typed(E.Binary(COMPARE[node.op], a.expr, b.expr, "bool"))
         self.need_numeric(a, node.lhs, f"'{node.op}'")
         self.need_numeric(b, node.rhs, f"'{node.op}'")
-        return Typed(E.Binary(ARITH[node.op], a.expr, b.expr, E.promote(a.dtype, b.dtype)))
+        dtype = E.promote(a.dtype, b.dtype)
+        if (node.op in ("/", "%") and not E.is_float(dtype) and isinstance(b.expr, E.Const)
+                and b.expr.value == 0):
+            # gcc compiles an integer division by a constant zero to a trap instruction
+            # (ir.validate refuses it too; here the caret points at the divisor)
+            raise self.error(IntegerDivisionError, f"integer {'division' if node.op == '/' else 'modulo'} "
+                             "by zero", node.rhs,
+                             "an integer division or modulo by zero is undefined; use a "
+                             "non-zero divisor, or a float type")
+        return Typed(E.Binary(ARITH[node.op], a.expr, b.expr, dtype))
 
     def _v_Ternary(self, node: S.Ternary) -> Typed:
         cond = self.value(node.cond)
