@@ -15,7 +15,7 @@ import islpy as isl
 from . import expr as E
 from . import islutil as U
 from .errors import (ArgumentError, DuplicateNameError, Location, NonAffineError, ParseError,
-                     PolycompError, TypeMismatchError)
+                     PolycompError, RankMismatchError, TypeMismatchError)
 from .ir import Array, Program, Statement, sequential_schedule
 
 dim = isl.dim_type
@@ -116,6 +116,11 @@ def _statement(k: int, spec: Mapping[str, object], decls: Mapping[str, tuple[str
 
     def access(text: object, what: str) -> tuple[isl.Map, E.Access]:
         m = _parse(isl.Map, text, what).set_tuple_name(dim.in_, sname)
+        if m.dim(dim.in_) != len(iterators):
+            raise RankMismatchError(f"{what} {text!r} of {sname} takes {m.dim(dim.in_)} "
+                                    f"iterator(s), but the domain has {len(iterators)}",
+                                    Location(node=sname),
+                                    hint=f"write it over {sname}[{', '.join(iterators)}]")
         array = m.get_tuple_name(dim.out)
         if array not in decls:
             raise PolycompError(f"{what} {text!r} of {sname} names undeclared array '{array}'")
