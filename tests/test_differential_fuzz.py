@@ -108,7 +108,8 @@ def test_tc_interpreter_on_a_known_def():
                "O0": tcgen.Tensor("O0", ("N",), "output"),
                "O1": tcgen.Tensor("O1", ("N",), "output")}
     read_a = ("acc", "A", [("var", "i", "N"), ("var", "r", "N")])
-    stmts = [tcgen.Stmt("O0", ["i"], "+=!", ("bin", "*", read_a, ("acc", "XN", [("var", "r", "N")])),
+    read_x = ("acc", "XN", [("var", "r", "N")])
+    stmts = [tcgen.Stmt("O0", ["i"], "+=!", ("bin", "*", read_a, read_x),
                         {"i": ("size", "N"), "r": ("tri", "i")}, ["i", "r"]),
              tcgen.Stmt("O1", ["i"], "max=!", ("bin", "/", read_a, ("lit", 3)),
                         {"i": ("size", "N"), "r": ("size", "N")}, ["i", "r"])]

@@ -227,8 +227,9 @@ class _Gen:
         for _ in range(self.d.integer(1, 3)):
             if self.budget <= 0:
                 break
-            kind = self.d.choice(["assign", "loop", "assign", "if", "loop", "decl"] if depth < 3 else
-                                 ["assign", "if", "assign", "loop"] if depth < 4 else ["assign"])
+            kinds = (["assign", "loop", "assign", "if", "loop", "decl"] if depth < 3 else
+                     ["assign", "if", "assign", "loop"] if depth < 4 else ["assign"])
+            kind = self.d.choice(kinds)
             if kind == "loop":
                 lines += self.loop(loops, indent, depth, scope)
             elif kind == "if" and loops:

@@ -232,7 +232,8 @@ def render(name: str, tensors: dict, stmts: list[Stmt], sizes: dict) -> TcCase:
     for s in stmts:
         left = f"{s.target}({', '.join(s.lhs)})" if s.lhs else s.target
         where = ", ".join(f"{v} in {_render_range(s.ranges[v])}" for v in s.order)
-        lines.append(f"  {left} {s.op} {render_expr(s.expr)}" + (f" where {where}" if where else ""))
+        lines.append(f"  {left} {s.op} {render_expr(s.expr)}"
+                     + (f" where {where}" if where else ""))
     source = (f"def {name}({', '.join(params)}) -> ({', '.join(outs)}) {{\n" + "\n".join(lines)
               + "\n}\n")
     return TcCase(source, name, tensors, [t.name for t in inputs] + (["s"] if uses_s else []),
