@@ -20,11 +20,13 @@ Example, ``C(i) += A(i, k)`` (S0 initialises C, S1 accumulates):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import islpy as isl
 
 from polycomp import islutil as U
+from polycomp.errors import InternalError
 from polycomp.ir import Program
 
 
@@ -81,21 +83,63 @@ def compute_dependences(program: Program) -> Dependences:
     schedule = program.original_schedule.intersect_params(context)
     reads = program.reads().intersect_params(context)
     writes = program.writes().intersect_params(context)
-    flow_info = (isl.UnionAccessInfo.from_sink(reads)
-                 .set_must_source(writes)
-                 .set_schedule_map(schedule)
-                 .compute_flow())
+    try:
+        return _analyse(program, reads, writes, lambda info: info.set_schedule_map(schedule))
+    except isl.Error:
+        pass
+    # isl's compute_flow fails on some valid inputs ("affine expression involves some of
+    # the domain dimensions", raised while it drops a factor of a product domain from a
+    # lexmax that still mentions it: seen with a strided loop, an if that splits the
+    # domain into pieces and a scalar written at two depths). First its schedule-tree
+    # path (the one PPCG uses; a single band of the same time dimensions is the same
+    # order), which avoids the bug in some of these; then memory-based dependences.
+    try:
+        tree = isl.Schedule.from_domain(schedule.domain()).insert_partial_schedule(
+            isl.MultiUnionPwAff.from_union_map(schedule))
+        return _analyse(program, reads, writes, lambda info: info.set_schedule(tree))
+    except isl.Error:
+        pass
+    try:
+        return _memory_based(program, reads, writes, schedule)
+    except isl.Error as exc:
+        raise InternalError(f"dependence analysis failed for '{program.name}': "
+                            f"{str(exc).splitlines()[0]}") from exc
+
+
+def _analyse(program: Program, reads: isl.UnionMap, writes: isl.UnionMap,
+             with_schedule: Callable[[isl.UnionAccessInfo], isl.UnionAccessInfo]
+             ) -> Dependences:
+    """The three dependence kinds, with ``with_schedule`` giving each query the order."""
+    flow_info = with_schedule(isl.UnionAccessInfo.from_sink(reads)
+                              .set_must_source(writes)).compute_flow()
     flow = flow_info.get_may_dependence()
     live_in = flow_info.get_may_no_source().coalesce()
-    anti = (isl.UnionAccessInfo.from_sink(writes)
-            .set_may_source(reads)
-            .set_kill(writes)
-            .set_schedule_map(schedule)
-            .compute_flow()
-            .get_may_dependence())
-    output = (isl.UnionAccessInfo.from_sink(writes)
-              .set_must_source(writes)
-              .set_schedule_map(schedule)
-              .compute_flow()
-              .get_may_dependence())
+    anti = with_schedule(isl.UnionAccessInfo.from_sink(writes)
+                         .set_may_source(reads)
+                         .set_kill(writes)).compute_flow().get_may_dependence()
+    output = with_schedule(isl.UnionAccessInfo.from_sink(writes)
+                           .set_must_source(writes)).compute_flow().get_may_dependence()
+    context = program.context
     return Dependences(program.domain().intersect_params(context), flow, anti, output, live_in)
+
+
+def _memory_based(program: Program, reads: isl.UnionMap, writes: isl.UnionMap,
+                  schedule: isl.UnionMap) -> Dependences:
+    """Memory-based dependences with plain set operations, the fallback when isl's
+    value-based analysis fails: every earlier write of the element a read sees (flow),
+    every earlier read of the element a write overwrites (anti), every earlier write of
+    it (output). Each is a superset of the exact relation, so a schedule that keeps them
+    forward is legal; the schedulers only see more (transitively implied) dependences.
+    live_in stays exact: the reads with no write of their element before them.
+
+        before = { a -> b : θ(a) <lex θ(b) }
+        flow   = (W ∘ R⁻¹) ∩ before          { w -> r : W(w) = R(r) }
+    """
+    before = schedule.lex_lt_union_map(schedule)
+    flow = writes.apply_range(reads.reverse()).intersect(before)
+    anti = reads.apply_range(writes.reverse()).intersect(before)
+    output = writes.apply_range(writes.reverse()).intersect(before)
+    written_before = before.reverse().apply_range(writes)   # r -> elements written before r
+    live_in = reads.subtract(written_before).coalesce()
+    domain = program.domain().intersect_params(program.context)
+    return Dependences(domain, flow, anti, output, live_in)

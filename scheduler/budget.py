@@ -1,0 +1,76 @@
+"""Time limits for isl computations that can run for minutes, and the warning a fallback gives.
+
+Used by the schedulers (scheduler/isl_sched.py): ``in_time_limit(fn, seconds)`` runs
+``fn`` (returning text: an isl object printed with ``str``) in a forked child process and
+returns its text, or None when the child did not finish in time or failed.
+
+Why a process and not isl's operation budget (``ctx.set_max_operations``): isl counts
+tableau pivots, and on some small programs each pivot becomes slow (the ILP's integers
+grow to thousands of digits, all the time goes to bignum gcds): a 20-line nest reached
+2^16 pivots in 0.3 s, then ran for more than 100 s before 2^18, while deriche needs 2^20
+to schedule normally. islpy holds the GIL inside isl, so no thread can call
+``ctx.abort()`` either. A forked child costs a few milliseconds, and the parent's isl
+objects are already in its memory; the result comes back as isl text.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+import warnings
+from collections.abc import Callable
+
+
+class SchedulerFallbackWarning(UserWarning):
+    """The scheduler the user asked for gave up on a program and another one scheduled it."""
+
+
+def in_time_limit(fn: Callable[[], str], seconds: float) -> str | None:
+    """``fn()`` computed in a child process: its text, None when ``fn`` raised, and
+    TimeoutError when it ran past ``seconds`` (the child is killed). Where a process cannot
+    fork (Windows) ``fn`` runs here, unbounded, its exceptions propagating."""
+    if not hasattr(os, "fork"):
+        return fn()
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12 warns about forking a multi-threaded process (OpenMP workers from
+        # an earlier kernel): the child only runs isl, which takes no lock of theirs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: compute, write, leave without running the parent's atexit
+        status = 1
+        try:
+            os.close(read_end)
+            data = fn().encode()
+            with os.fdopen(write_end, "wb") as out:
+                out.write(data)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + seconds
+    finished = timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                timed_out = True
+                break
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                finished = True
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        raise TimeoutError(f"no result within {seconds} s")
+    # a child that failed (an isl error) exits 1, having written nothing or part of its text
+    if not finished or os.waitstatus_to_exitcode(status) != 0:
+        return None
+    return b"".join(chunks).decode()

@@ -1,0 +1,145 @@
+"""The scheduler stage on programs where isl gives up or runs away: dependence analysis
+falls back to memory-based dependences, isl's scheduler to the specialised program or to
+pluto, and a runaway isl computation is stopped by a time limit (scheduler/budget.py)."""
+
+import time
+import warnings
+
+import islpy as isl
+import numpy as np
+import pytest
+
+import polycomp
+from polycomp.frontend.loops import parse_c
+from polycomp.scheduler import compute_dependences, isl_sched
+from polycomp.scheduler.budget import SchedulerFallbackWarning, in_time_limit
+from polycomp.scheduler.dependences import _memory_based
+from polycomp.testing import check_against_reference
+
+from programs import jacobi1d, matmul
+
+# isl's compute_flow fails on it ("affine expression involves some of the domain
+# dimensions"): a strided loop, an if that splits the domain, a scalar written twice
+STRIDED_SPLIT = """void kern(int x[1], int y[4]) {
+  for (int i = 0; i < 3; i += 2)
+    for (int j = 0; j < 3; j++)
+      if (i != j - 1) {
+        x[0] = 1;
+        for (int k = 0; k < 2; k++) { x[0] = 2; y[j + k] += x[0] + k; }
+      }
+}"""
+
+# isl cannot carry the dependences of the generic (N >= 0) form of this nest
+UNCARRIED = """
+void kern(int N, long w[N + 2][N + 2]) {
+  for (int i = 1; i < N - 2; i++) {
+    for (int j = 0; j < N; j += 2) w[i][j] = 3;
+    for (int j = 1; j < N - 2; j++) {
+      for (int k = 0; k <= N; k++) w[i + k][k] = w[i + k][k + 1];
+      for (int k = 0; k < N; k++) w[N - i - 1][i + 2] = k;
+    }
+  }
+}"""
+
+# isl's scheduler ran for minutes on it (bignum ILP), pluto takes a second
+RUNAWAY = r"""
+#define N 6
+void kern(int A[13], short w[9][10]) {
+  int s0 = 0;
+  for (int i = 0; i <= N; i++) {
+    for (int j = 0; j < N - i; j++) {
+      s0 = 1;
+      for (int k = i + 1; k < N; k++) {
+        s0 -= (A[2 * i + 2] != A[N - i + 1] ? 5 : w[k + 1][j + i + 2]);
+      }
+      A[j + 2] = (s0 % 1009);
+    }
+    for (int j = 0; j <= N - 1; j++) {
+      for (int k = N - 1; k >= 0; k--) {
+        A[j + 2] -= (((w[i + 1][j + 2] > j ? (2 == w[i + 1][j + 2] ? w[i + 1][N - j + 1] : 5) : (w[i + 1][j + 2] + A[i])) + w[i + 2][j + 2]) % 7);
+        w[i][j] = (5 % 97);
+      }
+      for (int k = 1; k < N - 2; k++) {
+        w[j + 2][k + 2] = (w[i + 1][j + 1] % 97);
+      }
+    }
+  }
+}
+"""
+
+
+def _strided_split_reference(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = np.zeros(1, np.int32)
+    y = y.copy()
+    for i in range(0, 3, 2):
+        for j in range(3):
+            if i != j - 1:
+                x[0] = 1
+                for k in range(2):
+                    x[0] = 2
+                    y[j + k] += x[0] + k
+    return x, y
+
+
+def test_dependences_of_a_split_strided_domain():
+    program = parse_c(STRIDED_SPLIT).get().lower({})
+    deps = compute_dependences(program)  # raised islpy's isl.Error
+    # S1 (x = 2) at k = 0 runs after S0 (x = 1) of the same (i, j): an output dependence
+    assert isl.UnionMap("{ S0[0, 0] -> S1[0, 0, 0] }").is_subset(deps.output)
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("scheduler", ["none", "pluto", "isl"])
+def test_split_strided_domain_compiles_and_runs(scheduler):
+    y = np.arange(4, dtype=np.int32)
+    x = np.zeros(1, np.int32)
+    polycomp.compile_loops(STRIDED_SPLIT, scheduler=scheduler)(x, y_got := y.copy())
+    want_x, want_y = _strided_split_reference(y)
+    assert x[0] == want_x[0]
+    assert np.array_equal(y_got, want_y)
+
+
+@pytest.mark.parametrize("make", [matmul, jacobi1d])
+def test_memory_based_dependences_contain_the_exact_ones(make):
+    """The fallback is conservative: every exact dependence is among the memory-based
+    ones, and live-in reads are the same."""
+    program = make()
+    exact = compute_dependences(program)
+    context = program.context
+    memory = _memory_based(program, program.reads().intersect_params(context),
+                           program.writes().intersect_params(context),
+                           program.original_schedule.intersect_params(context))
+    for (kind, small), (_, big) in zip(exact.kinds(), memory.kinds()):
+        assert small.is_subset(big), kind
+    assert exact.live_in.is_equal(memory.live_in)
+
+
+@pytest.mark.needs_cc
+def test_isl_scheduler_falls_back_to_the_specialised_program():
+    definition = parse_c(UNCARRIED).get()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SchedulerFallbackWarning)  # no pluto needed
+        result = check_against_reference(definition, {"N": 4}, {"scheduler": "isl"})
+    assert result.ok, result.mismatches
+
+
+@pytest.mark.needs_cc
+def test_isl_scheduler_past_its_time_limit_falls_back_to_pluto(monkeypatch):
+    monkeypatch.setattr(isl_sched, "TIME_LIMIT", 0.5)
+    definition = parse_c(RUNAWAY).get()
+    start = time.monotonic()
+    with pytest.warns(SchedulerFallbackWarning, match="pluto"):
+        result = check_against_reference(definition, {}, {"scheduler": "isl"})
+    assert result.ok, result.mismatches
+    assert time.monotonic() - start < 30
+
+
+def test_time_limit_returns_text_none_or_timeout():
+    assert in_time_limit(lambda: "ok", 5) == "ok"
+    assert in_time_limit(lambda: 1 // 0, 5) is None  # noqa: B008 (raises in the child)
+    big = "x" * 300_000  # more than a pipe holds at once
+    assert in_time_limit(lambda: big, 5) == big
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        in_time_limit(lambda: time.sleep(30) or "late", 0.3)
+    assert time.monotonic() - start < 5
