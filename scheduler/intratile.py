@@ -199,6 +199,9 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program,
     depth = node.get_tree_depth()
     n = node.band_n_member()
     pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
+    if n - pinned < 1:
+        return None  # the only member is the parallel loop: sinking it would leave the
+        # omp_parallel mark above the sequence, with no loop of its own
     if node.band_get_permutable() and n - pinned > 1:
         # the member with unit-stride references goes innermost, as in plan_band
         refs = CM.band_references(node, program)

@@ -143,3 +143,38 @@ def test_time_limit_returns_text_none_or_timeout():
     with pytest.raises(TimeoutError):
         in_time_limit(lambda: time.sleep(30) or "late", 0.3)
     assert time.monotonic() - start < 5
+
+
+# the parallel pass marks the inner (point) member of a fused band; the intra-tile pass
+# must not sink that band below the sequence (the mark would sit above a sequence)
+FUSED_TC = """def f(int32(6) D, int32(4) A) -> (O) {
+    T0(i) +=! D(k) where i in 0:4
+    T1(i) = A(i)
+    O(i) +=! T0(i) + T1(k)
+}"""
+FUSED_LOOPS = """
+void kern(int T, int tmp[6]) {
+  for (int t = 0; t < T; t++) {
+    tmp[3] = t;
+    for (int i = 1; i <= 2; i++)
+      tmp[i - 1] = i * 2;
+    tmp[3] += t;
+    for (int i = 0; i < 4; i++)
+      tmp[i + 1] += t;
+  }
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_parallel_mark_stays_above_its_band_tc():
+    kernel = polycomp.compile(FUSED_TC, sizes={}, fusion="max", parallel_min_work=0)
+    result = check_against_reference(kernel.definition, {}, kernel.options)
+    assert result.ok, result.mismatches
+
+
+@pytest.mark.needs_cc
+def test_parallel_mark_stays_above_its_band_loops():
+    definition = parse_c(FUSED_LOOPS).get()
+    result = check_against_reference(definition, {"T": 3}, {"parametric": True})
+    assert result.ok, result.mismatches
