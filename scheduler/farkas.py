@@ -248,14 +248,20 @@ class Sizes:
     def relax(self, poly: isl.Set) -> isl.Set | None:
         """The relaxed piece over (params, sizes), or None when ``poly`` has existentially
         quantified variables or nothing to relax."""
-        if poly.dim(dim.div) or poly.n_basic_set() != 1:
+        if poly.n_basic_set() != 1:
+            return None
+        bset = poly.get_basic_sets()[0]
+        # a Set reports no div dimensions (its basic sets hold them): ask the basic set.
+        # Copying its constraints without their div terms would turn (1 + n + i) mod 2 = 0
+        # into 1 + n + i = 0, a different piece, and pluto broke the dependences it lost
+        if bset.dim(dim.div):
             return None
         n_p, n = poly.dim(dim.param), poly.dim(dim.set)
         space = poly.get_space().align_params(U.param_space(self.params + self.names))
         ls = isl.LocalSpace.from_space(space)
         out = isl.BasicSet.universe(space)
         changed = False
-        for con in poly.get_basic_sets()[0].get_constraints():
+        for con in bset.get_constraints():
             new = (isl.Constraint.equality_alloc(ls) if con.is_equality()
                    else isl.Constraint.inequality_alloc(ls))
             for k in range(n):

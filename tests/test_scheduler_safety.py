@@ -178,3 +178,44 @@ def test_parallel_mark_stays_above_its_band_loops():
     definition = parse_c(FUSED_LOOPS).get()
     result = check_against_reference(definition, {"T": 3}, {"parametric": True})
     assert result.ok, result.mismatches
+
+
+# pluto relaxed the strided dependence pieces of this nest (constants 99, 100 are
+# "sizes") by copying their constraints without the div terms: (1 + n + i) mod 2 = 0
+# became 1 + n + i = 0, and the parametric schedule broke a flow dependence
+STRIDED_PARAMETRIC = """
+void band(int n, int m, int A[n][m]) {
+  int s;
+  for (int i = n - 1; i >= 0; i -= 2)
+    for (int j = max(0, i - 2); j < min(m, i + 3); j++) {
+      s = A[i][j];
+      if (i < j || i == 0) A[i][j] = s;
+      else A[i][100 * j] = 3;
+    }
+}"""
+
+
+def test_sizes_never_relax_a_piece_with_divisions():
+    from polycomp.scheduler.farkas import Sizes
+    poly = isl.Set("[n] -> { [i, j] : (1 + n + i) mod 2 = 0 and 0 <= i < n and j <= 99 }")
+    sizes = Sizes.of([poly], ["n"])
+    assert sizes.names  # 99 is a large constant
+    assert sizes.relax(poly) is None
+    plain = isl.Set("[n] -> { [i, j] : 0 <= i < n and j <= 99 }")
+    assert plain.is_subset(sizes.relax(plain).project_out(isl.dim_type.param, 1, 1))
+
+
+def test_pluto_parametric_schedule_of_a_strided_nest_is_legal():
+    from polycomp.options import Options
+    from polycomp.scheduler.legality import check_schedule
+    from polycomp.scheduler.pluto import schedule_pluto
+    program = parse_c(STRIDED_PARAMETRIC).get().lower(None)
+    deps = compute_dependences(program)
+    check_schedule(schedule_pluto(program, deps, Options.create(parametric=True)), deps)
+
+
+@pytest.mark.needs_cc
+def test_pluto_parametric_strided_nest_runs():
+    definition = parse_c(STRIDED_PARAMETRIC).get()
+    result = check_against_reference(definition, {"n": 5, "m": 700}, {"parametric": True})
+    assert result.ok, result.mismatches
