@@ -66,6 +66,11 @@ from .dependences import Dependences
 from .legality import carried_by_member, violated
 from .tiling import MARK_POINT_BAND, band_extents, replace_band
 
+# at most this many statement copies in one unrolled register tile (Options.unroll is
+# clamped to it: the C text and gcc's time grow with the copies)
+MAX_UNROLLED_COPIES = 256
+
+
 @dataclass(frozen=True)
 class Plan:
     """The new band: ``outer`` members (strip members of unrolled ones as floor(m/f)),
@@ -287,6 +292,14 @@ def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],
                 factor: int) -> Plan:
     c = plan.innermost
     chosen = tuple(sorted(CM.unroll_candidates(refs, c, loops, extents, factor)))
+    # the copies isl writes: factor ** members per statement of the band. unroll=64 on
+    # gemm's two members made 9.6 MB of C; past MAX_UNROLLED_COPIES fewer members are
+    # unrolled, then by a smaller factor (the loop runs the same instances either way)
+    statements = max(1, len(U.sets_of(node.get_domain())))
+    while len(chosen) > 1 and factor ** len(chosen) * statements > MAX_UNROLLED_COPIES:
+        chosen = chosen[:-1]
+    while chosen and factor > 2 and factor * statements > MAX_UNROLLED_COPIES:
+        factor //= 2
     while chosen:
         candidate = Plan(plan.outer, c, chosen, factor, plan.simd)
         if not plan.simd or _simd_legal(node, candidate, deps, True):
@@ -350,8 +363,32 @@ def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
     return node
 
 
+# isl operations (tableau pivots) _full_register_tiles may take; gemm's parametric tiles
+# need under 10^4. Past it the isolate option is dropped: isl then guards the unrolled
+# copies of the partial and the full register tiles alike (slower inner loops, same
+# results). Parametric tiled schedules with strided domains took minutes here.
+ISOLATE_OPERATIONS = 200_000
+
+
 def _full_register_tiles(unrolled: isl.ScheduleNode, n_outer: int,
                          factor: int) -> isl.Set | None:
+    """``_isolate_set`` within ISOLATE_OPERATIONS isl operations, else None."""
+    ctx = configure_isl()
+    ctx.reset_operations()
+    ctx.set_max_operations(ISOLATE_OPERATIONS)
+    try:
+        return _isolate_set(unrolled, n_outer, factor)
+    except isl.Error as exc:
+        if "maximal number of operations" not in str(exc):
+            raise
+        return None
+    finally:
+        ctx.set_max_operations(0)
+        ctx.reset_operations()
+
+
+def _isolate_set(unrolled: isl.ScheduleNode, n_outer: int,
+                 factor: int) -> isl.Set | None:
     """The isolate option for the band above the SIMD loop: the values of its prefix p and
     members m for which every unrolled copy exists,
 

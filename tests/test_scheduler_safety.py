@@ -219,3 +219,60 @@ def test_pluto_parametric_strided_nest_runs():
     definition = parse_c(STRIDED_PARAMETRIC).get()
     result = check_against_reference(definition, {"n": 5, "m": 700}, {"parametric": True})
     assert result.ok, result.mismatches
+
+
+GEMM = """void gemm(int ni, int nj, int nk, double alpha, double C[ni][nj], double A[ni][nk], double B[nk][nj]) {
+  for (int i = 0; i < ni; i++) {
+    for (int j = 0; j < nj; j++) C[i][j] *= 0.5;
+    for (int k = 0; k < nk; k++)
+      for (int j = 0; j < nj; j++) C[i][j] += alpha * A[i][k] * B[k][j];
+  }
+}"""
+
+
+def _unrolled_copies(schedule: isl.Schedule) -> list[int]:
+    """Per fully unrolled band: statement copies isl writes (values per member, times
+    statements)."""
+    from polycomp.scheduler import tree as T
+    out = []
+    for node in T.nodes(schedule):
+        if T.is_band(node) and all(node.band_member_get_ast_loop_type(k) == isl.ast_loop_type.unroll
+                                   for k in range(node.band_n_member())):
+            copies = len(U_sets(node.get_domain()))
+            for k in range(node.band_n_member()):
+                values = isl.Set.from_union_set(T.member_union_map(node, k).range())
+                copies *= values.dim_max_val(0).to_python() - values.dim_min_val(0).to_python() + 1
+            out.append(copies)
+    return out
+
+
+def U_sets(uset):
+    from polycomp import islutil as U
+    return U.sets_of(uset)
+
+
+@pytest.mark.parametrize("unroll", [4, 64])
+def test_unrolled_copies_are_bounded(unroll):
+    from polycomp.driver import schedule_program
+    from polycomp.options import Options
+    from polycomp.scheduler.intratile import MAX_UNROLLED_COPIES
+    program = parse_c(GEMM).get().lower(None)
+    options = Options.create(parametric=True, unroll=unroll)
+    copies = _unrolled_copies(schedule_program(program, compute_dependences(program), options))
+    assert copies  # gemm's register tiles are unrolled
+    assert max(copies) <= MAX_UNROLLED_COPIES
+
+
+def test_isolate_of_full_register_tiles_is_bounded(monkeypatch):
+    """Past its isl operation budget the isolate option is dropped, not waited for."""
+    from polycomp.scheduler import intratile
+    monkeypatch.setattr(intratile, "ISOLATE_OPERATIONS", 10)
+    program = parse_c(GEMM).get().lower(None)
+    from polycomp.driver import schedule_program
+    from polycomp.options import Options
+    schedule = schedule_program(program, compute_dependences(program),
+                                Options.create(parametric=True, unroll=4))
+    from polycomp.scheduler import tree as T
+    assert all(node.band_get_ast_isolate_option().is_empty()
+               for node in T.nodes(schedule) if T.is_band(node))
+    assert isl.DEFAULT_CONTEXT.get_max_operations() == 0  # the budget is lifted again
