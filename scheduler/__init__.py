@@ -6,7 +6,12 @@ Every scheduler is a function ``(Program, Dependences, Options) -> isl.Schedule`
 
 from __future__ import annotations
 
+import functools
 import importlib
+
+import islpy as isl
+
+from polycomp.errors import InternalError
 
 from .dependences import Dependences, compute_dependences
 
@@ -21,8 +26,20 @@ SCHEDULERS = {
 
 
 def get_scheduler(name: str):
+    """The scheduler called ``name``; an isl error inside it (a polycomp defect) comes out
+    as an InternalError naming the scheduler."""
     module, function = SCHEDULERS[name].split(":")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    scheduler = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+
+    @functools.wraps(scheduler)
+    def run(program, deps, options):
+        try:
+            return scheduler(program, deps, options)
+        except isl.Error as exc:
+            raise InternalError(f"scheduler '{name}' failed on '{program.name}': "
+                                f"{str(exc).splitlines()[0]}") from exc
+
+    return run
 
 
 __all__ = ["SCHEDULERS", "Dependences", "compute_dependences", "get_scheduler"]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import islpy as isl
 
+from polycomp.errors import InternalError
 from polycomp.ir import Program
 from polycomp.options import Options
 
@@ -45,6 +46,10 @@ PASSES: list[tuple[str, Pass]] = [
 
 def run_passes(schedule: isl.Schedule, program: Program, deps: Dependences,
                options: Options) -> isl.Schedule:
-    for _, fn in PASSES:
-        schedule = fn(schedule, program, deps, options)
+    for name, fn in PASSES:
+        try:
+            schedule = fn(schedule, program, deps, options)
+        except isl.Error as exc:  # a polycomp defect: name the stage, not isl's C function
+            raise InternalError(f"the {name} pass failed on '{program.name}': "
+                                f"{str(exc).splitlines()[0]}") from exc
     return schedule

@@ -276,3 +276,22 @@ def test_isolate_of_full_register_tiles_is_bounded(monkeypatch):
     assert all(node.band_get_ast_isolate_option().is_empty()
                for node in T.nodes(schedule) if T.is_band(node))
     assert isl.DEFAULT_CONTEXT.get_max_operations() == 0  # the budget is lifted again
+
+
+def test_isl_errors_in_the_scheduler_stage_name_the_stage(monkeypatch):
+    from polycomp.errors import InternalError
+    from polycomp.options import Options
+    from polycomp.scheduler import get_scheduler, passes
+
+    def broken(*args):
+        return isl.Set("{ [i] : ")  # isl.Error: a parse error standing for any isl failure
+
+    program = matmul()
+    deps = compute_dependences(program)
+    monkeypatch.setattr(isl_sched, "schedule_isl", broken)
+    with pytest.raises(InternalError, match="scheduler 'isl' failed"):
+        get_scheduler("isl")(program, deps, Options())
+    monkeypatch.setattr(passes, "PASSES", [("tiling", broken)])
+    with pytest.raises(InternalError, match="the tiling pass failed"):
+        passes.run_passes(get_scheduler("none")(program, deps, Options()), program, deps,
+                          Options())
