@@ -2,6 +2,8 @@
 
     polycomp compile FILE.tc [--entry NAME] [--emit c|schedule|deps|ir|ast|ranges]
                              [--scheduler S] [--sizes M=512,N=256] [--parametric] [-o OUT]
+    polycomp compile FILE.c [-I DIR] [-D NAME[=VALUE]] [--entry NAME] [-o OUT.c]
+                             (the whole file back, its #pragma scop region optimised)
     polycomp run FILE.tc --sizes M=512,N=256 [--entry NAME] [--scheduler S] [--repeat N]
     polycomp demo
 
@@ -13,13 +15,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import InternalError, OptionError, PolycompError
 from .options import SCHEDULERS, Options
+
+PARAMETRIC_TIME_LIMIT = 300.0  # seconds; --time-limit
+
+
+class TimeLimitError(PolycompError):
+    """A compile took longer than --time-limit."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,16 +75,27 @@ def _parser() -> argparse.ArgumentParser:
                             "(an edited `--emit schedule` printout) or a union map; it is "
                             "checked against the dependences")
         p.add_argument("--sizes", default="", help="sizes as NAME=VALUE,NAME=VALUE")
+        p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                       help="C files: an include directory for the preprocessor")
+        p.add_argument("-D", dest="define", action="append", default=[],
+                       metavar="NAME[=VALUE]", help="C files: a macro for the preprocessor")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks of errors")
 
     p = sub.add_parser("compile", help="compile a program and print one stage of the result")
     common(p)
-    p.add_argument("--emit", default="c", choices=["c", "schedule", "deps", "ir", "ast", "ranges"],
-                   help="what to print: generated C (default), the schedule tree, the "
-                        "dependences, the IR, isl's AST, or the inferred ranges (TC)")
+    p.add_argument("--emit", default=None,
+                   choices=["file", "c", "schedule", "deps", "ir", "ast", "ranges"],
+                   help="what to print: the whole C file with its #pragma scop region "
+                        "optimised (default for .c), the generated C (default for .tc), the "
+                        "schedule tree, the dependences, the IR, isl's AST, or the inferred "
+                        "ranges (TC)")
     p.add_argument("--parametric", action="store_true",
-                   help="keep sizes as C arguments (the default without --sizes)")
+                   help="keep sizes as C arguments (the default without --sizes; for a whole "
+                        ".c file the default is the sizes its harness passes, when constant)")
+    p.add_argument("--time-limit", type=float, default=PARAMETRIC_TIME_LIMIT, metavar="S",
+                   help="give up a parametric compile after S seconds (default "
+                        f"{PARAMETRIC_TIME_LIMIT:g}; 0: no limit)")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(handler=_compile)
 
@@ -109,12 +130,14 @@ def _read(path: str) -> str:
         raise PolycompError(f"cannot read {path}: {exc}") from None
 
 
-def load_definition(path: str, entry: str | None):
+def load_definition(path: str, entry: str | None, include: Sequence[str] = (),
+                    define: Sequence[str] = (), preprocess: bool | None = None):
     """The frontend definition in ``path`` (by its suffix)."""
     text = _read(path)
     if path.endswith(".c"):
         from .frontend.loops import parse_c
-        return parse_c(text, file=path).get(entry)
+        return parse_c(text, file=path, include_dirs=include, defines=define,
+                       preprocess=preprocess).get(entry)
     from .frontend.tc import parse
     return parse(text, file=path).get(entry)
 
@@ -134,17 +157,31 @@ def scheduler_options(args: argparse.Namespace) -> dict:
 def _compile(args: argparse.Namespace) -> int:
     from .driver import compile_program, emit
 
-    definition = load_definition(args.file, args.entry)
+    is_c = args.file.endswith(".c")
+    what = args.emit or ("file" if is_c else "c")
+    if what == "file" and not is_c:
+        raise OptionError("--emit file is for .c files")
+    definition = load_definition(args.file, args.entry, args.include, args.define,
+                                 preprocess=True if what == "file" else None)
     sizes = parse_sizes(args.sizes)
-    if args.emit == "ranges":
+    if what == "ranges":
         if not hasattr(definition, "explain_ranges"):
             raise OptionError("--emit ranges is for .tc files")
         text = definition.explain_ranges(sizes or None)
     else:
+        if not sizes and not args.parametric and getattr(definition, "whole", None):
+            sizes = harness_sizes(definition)
         parametric = args.parametric or not sizes
         options = Options.create(parametric=parametric, **scheduler_options(args))
-        program = definition.lower(None if parametric else sizes)
-        text = emit(compile_program(program, options), args.emit)
+        with _time_limit(args.time_limit if parametric else 0):
+            program = definition.lower(None if parametric else sizes)
+            compiled = compile_program(program, options)
+        if what == "file":
+            from .frontend.loops.splice import splice
+            text = splice(definition, compiled.source, None if parametric else sizes,
+                          note=f" (scheduler={options.scheduler})")
+        else:
+            text = emit(compiled, what)
     if args.output:
         Path(args.output).write_text(text if text.endswith("\n") else text + "\n")
     else:
@@ -152,10 +189,47 @@ def _compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def harness_sizes(definition) -> dict[str, int]:  # noqa: ANN001 - a LoopDefinition
+    """The sizes the file's harness passes to the function, when all are constants."""
+    values = definition.whole.call_arguments(definition.name)
+    if values is None or len(values) != len(definition.interface.inputs):
+        return {}
+    sizes = {spec.name: value for spec, value in zip(definition.interface.inputs, values)
+             if getattr(spec, "is_size", False)}
+    return sizes if sizes and None not in sizes.values() else {}
+
+
+class _time_limit:  # noqa: N801 - used as a context manager, like contextlib's
+    """Raise TimeLimitError after ``seconds`` (0: never); only where SIGALRM exists and
+    on the main thread (the handler runs between Python bytecodes, so an isl call that
+    is running finishes first)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.active = (seconds > 0 and hasattr(signal, "setitimer")
+                       and threading.current_thread() is threading.main_thread())
+
+    def __enter__(self) -> None:
+        if self.active:
+            self.previous = signal.signal(signal.SIGALRM, self._expired)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+    def _expired(self, signum: int, frame: object) -> None:
+        raise TimeLimitError(
+            f"the parametric compile took longer than {self.seconds:g} s",
+            hint="give the sizes (--sizes N=1000,...) for a specialised compile, which is "
+                 "much faster, or raise --time-limit (0: no limit)")
+
+
 def _run(args: argparse.Namespace) -> int:
     from .checking import run_and_check
 
-    definition = load_definition(args.file, args.entry)
+    definition = load_definition(args.file, args.entry, args.include, args.define)
     report = run_and_check(definition, parse_sizes(args.sizes), repeat=args.repeat,
                            threads=args.threads, **scheduler_options(args))
     print(report)

@@ -200,10 +200,11 @@ int f(int n, double A[n]) {
   return 0;
 }
 """),
-    Bad('chained', UnsupportedError, 3, 12, 'an assignment used as a value is n', """\
+    Bad('nested_assignment', UnsupportedError, 3, 17, 'an assignment used as a value is n',
+        """\
 void f(int n, double A[n], double B[n]) {
   for (int i = 0; i < n; i++)
-    A[i] = B[i] = 0;
+    A[i] = 1 + (B[i] = 0);
 }
 """),
     Bad('bitwise', UnsupportedError, 3, 12, "bitwise operator '&' is not suppor", """\

@@ -23,7 +23,7 @@ location; docs/LOOPS.md lists what is accepted and rejected.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import islpy as isl
 from pycparser import c_ast
@@ -36,38 +36,55 @@ from .lower import FunctionLowering, Lowered
 from .macros import Macros
 from .program import c_parameters, interface, programs
 from .source import STANDARD_TYPEDEFS, Source, parse
+from .wholefile import Block, WholeFile, wants_preprocessor
 
-__all__ = ["parse_c", "CModule", "LoopDefinition"]
+__all__ = ["parse_c", "CModule", "LoopDefinition", "WholeFileModule"]
 
 INTERNAL = "internal error in the loop frontend"
 
 
-def parse_c(text: str, file: str | None = None) -> CModule:
-    """Parse C source text; syntax errors raise ParseError with line and column."""
+def parse_c(text: str, file: str | None = None, *, include_dirs: Sequence[str] = (),
+            defines: Sequence[str] = (), preprocess: bool | None = None) -> CModule:
+    """Parse C source text; syntax errors raise ParseError with line and column.
+
+    A whole program (a ``main``, or an ``#include "x.h"`` of its own) goes through the
+    system preprocessor with ``include_dirs`` and ``defines`` (NAME or NAME=VALUE), and
+    only the SCoP's function is parsed (frontend/loops/wholefile.py); ``preprocess``
+    forces (True) or forbids (False) that, None decides by the text."""
+    if preprocess is None:
+        preprocess = bool(include_dirs or defines) or wants_preprocessor(text)
+    if preprocess:
+        return _guarded(lambda: _whole_file_module(text, file, include_dirs, defines),
+                        Source(text=text, file=file))
+
     def run() -> CModule:
         tree, source = parse(text, file)
-        macros = Macros(source)
-        typedefs = {name: words.split() for name, words in STANDARD_TYPEDEFS.items()}
-        typedefs.update({name: words.split() for name, words in source.type_macros.items()})
-        functions: dict[str, LoopDefinition] = {}
-        for ext in tree.ext:
-            if isinstance(ext, c_ast.Typedef) and isinstance(ext.type, c_ast.TypeDecl) \
-                    and isinstance(ext.type.type, c_ast.IdentifierType):
-                typedefs[ext.name] = list(ext.type.type.names)
-            elif isinstance(ext, c_ast.FuncDef):
-                name = ext.decl.name
-                if not isinstance(ext.decl.type, c_ast.FuncDecl):
-                    # newer pycparser accepts `void f { ... }` as a definition
-                    raise ParseError(f"'{name}' is defined without a parameter list",
-                                     source.location(ext.decl.coord.line, ext.decl.coord.column),
-                                     hint=f"write '{name}(void)' or list its parameters")
-                if name in functions:
-                    raise DuplicateNameError(f"function '{name}' is defined twice",
-                                             source.location(ext.decl.coord.line,
-                                                             ext.decl.coord.column))
-                functions[name] = LoopDefinition(ext, source, macros, typedefs)
-        return CModule(functions, source)
+        return CModule(_definitions(tree, source), source)
     return _guarded(run, Source(text=text, file=file))
+
+
+def _definitions(tree: c_ast.FileAST, source: Source) -> dict[str, LoopDefinition]:
+    macros = Macros(source)
+    typedefs = {name: words.split() for name, words in STANDARD_TYPEDEFS.items()}
+    typedefs.update({name: words.split() for name, words in source.type_macros.items()})
+    functions: dict[str, LoopDefinition] = {}
+    for ext in tree.ext:
+        if isinstance(ext, c_ast.Typedef) and isinstance(ext.type, c_ast.TypeDecl) \
+                and isinstance(ext.type.type, c_ast.IdentifierType):
+            typedefs[ext.name] = list(ext.type.type.names)
+        elif isinstance(ext, c_ast.FuncDef):
+            name = ext.decl.name
+            if not isinstance(ext.decl.type, c_ast.FuncDecl):
+                # newer pycparser accepts `void f { ... }` as a definition
+                raise ParseError(f"'{name}' is defined without a parameter list",
+                                 source.location(ext.decl.coord.line, ext.decl.coord.column),
+                                 hint=f"write '{name}(void)' or list its parameters")
+            if name in functions:
+                raise DuplicateNameError(f"function '{name}' is defined twice",
+                                         source.location(ext.decl.coord.line,
+                                                         ext.decl.coord.column))
+            functions[name] = LoopDefinition(ext, source, macros, typedefs)
+    return functions
 
 
 class CModule:
@@ -101,6 +118,55 @@ class CModule:
         return chosen
 
 
+class WholeFileModule(CModule):
+    """A whole program read through the system preprocessor: ``functions`` holds the
+    functions with a ``#pragma scop`` (or, without any, the file's only function); any
+    other function of the user's file is parsed when ``get`` names it."""
+
+    def __init__(self, whole: WholeFile):
+        self.whole = whole
+        defined = whole.functions()
+        chosen = {n: b for n, b in defined.items() if whole.scop_lines(b)}
+        if not chosen and len(defined) == 1:
+            chosen = defined
+        functions = {name: _whole_file_function(whole, block)
+                     for name, block in chosen.items()}
+        super().__init__(functions, Source(text=whole.text, file=whole.file,
+                                           lines=whole.text.split("\n")))
+
+    def get(self, name: str | None = None) -> LoopDefinition:
+        if name is not None and name not in self.functions:
+            block = self.whole.functions().get(name)
+            if block is not None:
+                self.functions[name] = _guarded(
+                    lambda: _whole_file_function(self.whole, block), self.source)
+        if name is None and not self.functions:
+            names = ", ".join(self.whole.functions()) or "none"
+            raise PolycompError(f"no function of the file has a '#pragma scop' region (it "
+                                f"defines: {names})", self.source.location(None, None),
+                                hint="mark the region with #pragma scop / #pragma endscop, "
+                                     "or name the function (function=... or --entry NAME)")
+        return super().get(name)
+
+
+def _whole_file_module(text: str, file: str | None, include_dirs: Sequence[str],
+                       defines: Sequence[str]) -> WholeFileModule:
+    return WholeFileModule(WholeFile.load(text, file, include_dirs, defines))
+
+
+def _whole_file_function(whole: WholeFile, block: Block) -> LoopDefinition:
+    """One function of a preprocessed file, parsed alone; carets show the user's lines."""
+    tree, source = parse(whole.function_text(block), whole.file, typedefs=whole.typedefs)
+    source.lines = whole.text.split("\n")
+    functions = _definitions(tree, source)
+    if len(functions) != 1:
+        raise UnsupportedError(f"cannot read the function '{block.function_name}' alone",
+                               source.location(whole.header_line(block), None))
+    definition = next(iter(functions.values()))
+    definition.whole, definition.block = whole, block
+    return definition
+
+
 class LoopDefinition:
     """One C function as a polycomp definition (the runtime's Definition protocol)."""
 
@@ -114,6 +180,9 @@ class LoopDefinition:
         self._lowered: Lowered | None = None
         self._interface: Interface | None = None
         self._programs: tuple[Program, Program] | None = None
+        # set for a function read from a whole program (splice.py writes it back)
+        self.whole: WholeFile | None = None
+        self.block: Block | None = None
         args = func.decl.type.args
         self.c_parameters: tuple[str, ...] = _guarded(
             lambda: c_parameters(list(args.params) if args is not None else []), source)
@@ -144,6 +213,11 @@ class LoopDefinition:
                 return parametric
             return base.specialize(dict(sizes)).validate()
         return _guarded(run, self._source)
+
+    @property
+    def lowered(self) -> Lowered:
+        """The walk's products: C names of parameters and locals (used by splice.py)."""
+        return _guarded(self._lower_function, self._source)
 
     def _lower_function(self) -> Lowered:
         if self._lowered is None:

@@ -292,6 +292,13 @@ class FunctionLowering:
                             counter)
 
     def _assign(self, node: c_ast.Assignment, frame: Frame, counter: Counter) -> None:
+        if isinstance(node.rvalue, c_ast.Assignment):
+            # a chain `a = b = e` (deriche's `a1 = a5 = k`): C assigns `b = e` and gives a
+            # the value b then holds, so it is `b = e;` then `a = b;` -- the inner target
+            # is read back, converted to a's type exactly as C converts the chain's value
+            inner = node.rvalue
+            self._assign(inner, frame, counter)
+            node = c_ast.Assignment(node.op, node.lvalue, inner.lvalue, node.coord)
         name = f"S{len(self.out.statements)}"
         where = frame.domain.set_tuple_name(name)
         self.values.begin()

@@ -102,9 +102,12 @@ class _Parser(c_parser.CParser):
         raise _SyntaxError(str(msg), line, column)
 
 
-def parse(text: str, file: str | None = None) -> tuple[c_ast.FileAST, Source]:
-    """The AST of ``text`` and its Source; a syntax error raises ParseError."""
+def parse(text: str, file: str | None = None, typedefs: dict[str, str] | None = None
+          ) -> tuple[c_ast.FileAST, Source]:
+    """The AST of ``text`` and its Source; a syntax error raises ParseError. ``typedefs``
+    (name -> C type words) are known besides the file's own (a header's, see wholefile.py)."""
     source = Source(text=text, file=file, lines=text.split("\n"))
+    source.type_macros.update(typedefs or {})
     cleaned = _strip_comments(text, source)
     cleaned = _directives(cleaned, source)
     return parse_text(source.prelude() + cleaned, source), source
