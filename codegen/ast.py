@@ -6,23 +6,151 @@ context carries what is known about the parameters, so that bounds simplify. Mar
 loop mark's name gets the schedule depth of the member it marks (``omp_parallel@2``), because
 isl writes no loop for a member that takes one value there, and the loop then found below
 the mark belongs to a deeper member, which the mark says nothing about.
+
+Two guards around isl's generator, because it has generated wrong code for domains with
+a stride (``for (k = 1; k < 7; k += 2)`` under a skewed or tiled band: a guard that lets
+one of three instances through):
+
+- strided dimensions are compacted first (``S[i, k] : k = 1 mod 2`` is generated as
+  ``S'[i, k'] : k = 2k' + 1``), and each statement call is written back in the original
+  iterators (``S(c0, 2 * c1 + 1)``) from the build's schedule, as PPCG writes accesses;
+- the finished AST is read back (codegen/verify.py) and must run every instance of the
+  schedule's domain exactly once. When it does not, or isl fails, the AST is generated
+  again in a simpler way (band members "separate", then the flat schedule map, which
+  drops the marks); when no way passes, an InternalError names the codegen stage.
 """
 
 from __future__ import annotations
 
 import islpy as isl
 
+from polycomp import islutil as U
+from polycomp.errors import InternalError
 from polycomp.ir import Program
 from polycomp.options import configure_isl
 from polycomp.scheduler import tree as T
+
+from .verify import check_ast
 
 LOOP_MARKS = (T.MARK_PARALLEL, T.MARK_SIMD)
 
 
 def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
+    """isl's AST for ``schedule``, checked to run each instance of its domain once.
+
+    Tries the tree as it is (strides compacted) first; when isl fails on it or its AST
+    does not pass the check, the tree with every band member generated "separate", then
+    the flattened schedule map (no marks: sequential code, no unrolling). Each fallback
+    only changes how isl is asked, never the order of the instances."""
     configure_isl()
-    build = isl.AstBuild.from_context(program.context)
-    return build.node_from_schedule(with_mark_depths(schedule))
+    domain = schedule.get_domain()
+    compact = compaction(domain)
+    if compact is not None:
+        schedule = schedule.pullback_union_pw_multi_aff(compact)
+    failures = []
+    for attempt in (_as_tree, _separated, _flattened):
+        try:
+            node = attempt(program.context, schedule, compact)
+            check_ast(node, domain, program.params, program.context, program.name)
+            return node
+        except isl.Error as exc:
+            failures.append(f"{attempt.__name__.strip('_')}: isl: {str(exc).splitlines()[0]}")
+        except InternalError as exc:
+            failures.append(f"{attempt.__name__.strip('_')}: {exc}")
+    raise InternalError(f"codegen: no correct isl AST for '{program.name}':\n  "
+                        + "\n  ".join(failures))
+
+
+def _as_tree(context: isl.Set, schedule: isl.Schedule,
+             compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+    build = isl.AstBuild.from_context(context)
+    handle = None
+    if compact is not None:
+        build, handle = build.set_at_each_domain(_original_call(compact))
+    node = build.node_from_schedule(with_mark_depths(schedule))
+    del handle  # the callback must live until the AST is built
+    return node
+
+
+def _separated(context: isl.Set, schedule: isl.Schedule,
+               compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+    """The tree with its default band members generated "separate": isl then never
+    generates statements with different bounds in one loop (where it dropped instances of
+    one of them, judging a point loop fixed by the others)."""
+
+    def separate(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.band:
+            for k in range(node.band_n_member()):
+                if node.band_member_get_ast_loop_type(k) == isl.ast_loop_type.default:
+                    node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.separate)
+        return node
+
+    return _as_tree(context, schedule.map_schedule_node_bottom_up(separate), compact)
+
+
+def _flattened(context: isl.Set, schedule: isl.Schedule,
+               compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+    """The schedule as one flat map (isl refused some tiled trees with "unknown divs")."""
+    build = isl.AstBuild.from_context(context)
+    handle = None
+    if compact is not None:
+        build, handle = build.set_at_each_domain(_original_call(compact))
+    node = build.node_from_schedule_map(schedule.get_map())
+    del handle
+    return node
+
+
+def compaction(domain: isl.UnionSet) -> isl.UnionPwMultiAff | None:
+    """Compact instance -> original instance, for the statements whose domain has a
+    strided dimension (None when there is none): ``S[i, k] -> S[i, 2k + 1]`` for
+    ``S[i, k] : k = 1 mod 2``, so that no stride is left for the AST generator."""
+    parts = []
+    strided = False
+    for statement in U.sets_of(domain):
+        back = _compact(statement)
+        strided |= back is not None
+        if back is None:
+            back = isl.MultiAff.identity(statement.get_space().map_from_set())
+        parts.append(isl.PwMultiAff.from_multi_aff(back))
+    if not strided:
+        return None
+    result = isl.UnionPwMultiAff.from_pw_multi_aff(parts[0])
+    for part in parts[1:]:
+        result = result.add_pw_multi_aff(part)
+    return result
+
+
+def _compact(statement: isl.Set) -> isl.MultiAff | None:
+    """x_k = offset + stride * x'_k for each dimension k with a stride (offset in the
+    parameters and the other dimensions), composed into one map; None without strides."""
+    space = statement.get_space()
+    back = None
+    for k in range(statement.dim(isl.dim_type.set)):
+        info = statement.get_stride_info(k)
+        stride, offset = info.get_stride(), info.get_offset()
+        if stride.to_python() <= 1 or offset.involves_dims(isl.dim_type.in_, k, 1):
+            continue
+        ls = isl.LocalSpace.from_space(space)
+        step = isl.MultiAff.identity(space.map_from_set())
+        step = step.set_aff(k, isl.Aff.var_on_domain(ls, isl.dim_type.set, k)
+                            .scale_val(stride).add(offset))
+        statement = statement.preimage_multi_aff(step)
+        back = step if back is None else back.pullback_multi_aff(step)
+    return back
+
+
+def _original_call(compact: isl.UnionPwMultiAff):
+    """at_each_domain callback: the user node's call in the original iterators."""
+
+    def restore(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+        at = isl.Map.from_union_map(build.get_schedule())  # compact instance -> iterators
+        name = at.get_tuple_name(isl.dim_type.in_)
+        back = compact.extract_pw_multi_aff(at.get_space().domain().map_from_set()
+                                            .set_tuple_name(isl.dim_type.out, name))
+        instance = back.pullback_pw_multi_aff(isl.PwMultiAff.from_map(at.reverse()))
+        return isl.AstNode.user_from_expr(build.call_from_pw_multi_aff(instance))
+
+    return restore
 
 
 def with_mark_depths(schedule: isl.Schedule) -> isl.Schedule:

@@ -2,12 +2,19 @@
 
 The compiler is run without a shell (an argv list). Flags: ``-O3 -march=native`` unless
 Options.cflags or $CFLAGS say otherwise, always with ``-fopenmp -fPIC -shared``; the
-compiler is Options.cc, else $CC, else gcc. The cache key hashes the source, the command
-line, the compiler's own version text and the CPU model (``-march=native`` code does not
-travel). Libraries live under $POLYCOMP_CACHE_DIR, else $XDG_CACHE_HOME/polycomp, else
-~/.cache/polycomp. Each build writes to a private temporary name and renames it into
-place atomically, so a process never loads a half-written library even when several
-processes compile the same kernel at once.
+compiler is Options.cc, else $CC, else gcc. When the compiler is gcc, ``-fno-tree-loop-
+distribution`` follows the optimisation flags, the user's included: gcc 12.2's loop
+distribution moved a store above a load it feeds in polycomp's code (wrong results at
+-O3; reliability/gcc12_ldist_*.c), and a user asking for -O3 still wants right results.
+Only an explicit ``-ftree-loop-distribution`` among the user's flags keeps it on. Cache
+file names are bounded: the entry name is cut to 64 characters (the key, a hash of the
+whole source, keeps them apart), as file systems refuse names over 255 bytes. The cache
+key hashes the source, the command line, the compiler's own version text and the CPU
+model (``-march=native`` code does not travel). Libraries live under
+$POLYCOMP_CACHE_DIR, else $XDG_CACHE_HOME/polycomp, else ~/.cache/polycomp. Each build
+writes to a private temporary name and renames it into place atomically, so a process
+never loads a half-written library even when several processes compile the same kernel
+at once.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from .options import Options
 
 DEFAULT_CFLAGS = ("-O3", "-march=native")
 REQUIRED_FLAGS = ("-fopenmp", "-fPIC", "-shared")
+GCC_SAFETY_FLAGS = ("-fno-tree-loop-distribution",)  # see the module docstring
+NAME_LIMIT = 64  # characters of the entry name in cache file names
 
 
 def compiler_command(options: Options) -> tuple[list[str], list[str]]:
@@ -39,7 +48,15 @@ def compiler_command(options: Options) -> tuple[list[str], list[str]]:
         flags = list(DEFAULT_CFLAGS)
     if not compiler:
         raise CompilerError("the C compiler command is empty", hint="set CC to e.g. gcc")
+    if is_gcc(tuple(compiler)) and "-ftree-loop-distribution" not in flags:
+        flags += GCC_SAFETY_FLAGS
     return compiler, flags
+
+
+def is_gcc(compiler: tuple[str, ...]) -> bool:
+    """Whether the compiler is gcc proper (clang also answers to __GNUC__, not to this)."""
+    identity = compiler_identity(compiler)
+    return "Free Software Foundation" in identity and "clang" not in identity.lower()
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,12 +100,13 @@ def build_library(text: str, entry: str, options: Options) -> Path:
                                     cpu_identity()]).encode()).hexdigest()[:24]
     directory = cache_dir() if options.cache else Path(tempfile.mkdtemp(prefix="polycomp-"))
     directory.mkdir(parents=True, exist_ok=True)
-    library = directory / f"{entry}-{key}.so"
+    stem = f"{entry[:NAME_LIMIT]}-{key}"
+    library = directory / f"{stem}.so"
     if options.cache and library.exists():
         return library
-    source_path = directory / f"{entry}-{key}.c"
+    source_path = directory / f"{stem}.c"
     _write_atomically(source_path, text.encode())
-    fd, tmp = tempfile.mkstemp(prefix=f".{entry}-", suffix=".so.tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so.tmp", dir=directory)
     os.close(fd)
     argv = [*command, "-o", tmp, str(source_path), "-lm"]
     try:
