@@ -1,7 +1,16 @@
-"""The OpenMP thread count of generated kernels.
+"""The OpenMP thread count of generated kernels, and how their threads wait.
 
 Kernels link gcc's OpenMP runtime (libgomp); ``omp_set_num_threads`` called from the
 Python thread that calls kernels sets how many threads their parallel loops use.
+
+Waiting: by default libgomp's idle threads spin for a long while before they sleep. On a
+machine where another process is busy, a spinning worker uses up its time slice, the
+other process then holds the core for a whole slice, and every parallel region (every
+wavefront step, every barrier) waits milliseconds for that worker: trisolv at LARGE ran
+25x slower than gcc's serial loop, doitgen 8x. Sleeping workers are woken at once
+instead (the kernel's scheduler favours a thread that slept). So polycomp asks for
+``OMP_WAIT_POLICY=passive`` unless the user chose a policy or a spin count; libgomp reads
+the variable once, when it is loaded, which is why this happens when polycomp is imported.
 """
 
 from __future__ import annotations
@@ -12,6 +21,22 @@ import functools
 import os
 
 from .errors import OptionError
+
+#: the environment polycomp sets for libgomp unless the user set either variable
+WAIT_ENVIRONMENT = {"OMP_WAIT_POLICY": "passive"}
+
+
+def prefer_passive_waiting(environ: dict[str, str] | None = None) -> bool:
+    """Set WAIT_ENVIRONMENT unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set already;
+    whether it was set. Has an effect only before libgomp is loaded in this process."""
+    environ = os.environ if environ is None else environ
+    if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
+        return False
+    environ.update(WAIT_ENVIRONMENT)
+    return True
+
+
+prefer_passive_waiting()
 
 
 def max_threads() -> int:

@@ -5,8 +5,9 @@ Input: a schedule tree and the dependences. Output: the same tree with an
 carries no dependence (scheduler/legality.py decides that exactly, whatever flags the
 scheduler set). A member deeper in a band is split off first so that the mark sits
 directly above it. Nothing below a marked loop is marked again: OpenMP regions are
-never nested. A loop inside serial loops whose every run has too little work for a
-parallel region (Options.parallel_min_work) is left serial, and so is everything below it.
+never nested. A loop whose every run has too little work for a parallel region
+(Options.parallel_min_work), the outermost loop included, is left serial, and so is
+everything below it: a small kernel runs serially.
 
     band [t]            band [t]                       (t carries the stencil's dependence)
       band [i, j]  ->     mark omp_parallel
@@ -62,17 +63,18 @@ def mark_parallel(schedule: isl.Schedule, deps: Dependences, program: Program | 
 
 
 def _too_little_work(node: isl.ScheduleNode, k: int, program: Program, min_work: int) -> bool:
-    """Member k runs inside serial loops, and each run of it (one parallel region) has
-    less work than ``min_work`` statement instances: starting the region would
-    cost more than the work it shares (doitgen: two regions of 160 instances per (r, q),
-    half its time). An instance whose reference jumps in memory along the member counts
-    STRIDED_WEIGHT (a cache miss each: nussinov's column walks are worth parallel
-    regions of ~1250). Counts are bounding boxes of the specialised domains; with symbolic
-    sizes the loop is always marked."""
+    """Each run of member k (one parallel region per point of the serial loops around it,
+    one in all for an outermost loop) has less work than ``min_work`` statement
+    instances: starting the region would cost more than the work it shares (doitgen: two
+    regions of 160 instances per (r, q), half its time; trisolv's 2000-element copy). An
+    instance whose reference jumps in memory along the member counts STRIDED_WEIGHT (a
+    cache miss each: nussinov's column walks are worth parallel regions of ~1250).
+    Counts are bounding boxes of the specialised domains; with symbolic sizes the loop
+    is always marked."""
     domain = node.get_domain()
     regions = _box_volume(U.sets_of(T.outer_schedule(node, k).range()))
     work = _box_volume(U.sets_of(domain))
-    if regions is None or work is None or regions <= 1:
+    if regions is None or work is None:
         return False
     strided = CM.strided(CM.band_references(node, program), k)
     return work * (STRIDED_WEIGHT if strided else 1) < min_work * regions

@@ -18,9 +18,12 @@ def tc_file(tmp_path):
 
 @pytest.mark.needs_cc
 def test_compile_emits_each_stage(tc_file, capsys):
-    assert main(["compile", str(tc_file), "--sizes", "M=8,N=8,K=8"]) == 0
+    # 64**3 instances are worth a parallel region; 8**3 are not (the kernel runs serially)
+    assert main(["compile", str(tc_file), "--sizes", "M=64,N=64,K=64"]) == 0
     c_text = capsys.readouterr().out
     assert "int polycomp_matmul(" in c_text and "#pragma omp parallel for" in c_text
+    assert main(["compile", str(tc_file), "--sizes", "M=8,N=8,K=8"]) == 0
+    assert "#pragma omp parallel" not in capsys.readouterr().out
     assert main(["compile", str(tc_file), "--emit", "deps"]) == 0
     assert "flow" in capsys.readouterr().out
     assert main(["compile", str(tc_file), "--emit", "schedule", "--scheduler", "none"]) == 0
