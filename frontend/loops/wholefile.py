@@ -252,7 +252,7 @@ class WholeFile:
             body = self._between(block.header, (block.close[0], block.close[1] + 1))
             if not call_re.search(body.split("{", 1)[-1]):
                 continue
-            caller = _parse_function(body, self.typedefs)
+            caller = _parse_function(body, self.typedefs, self._type_names())
             if caller is None:
                 return None
             calls += [(call, caller) for call in _calls(caller, name)]
@@ -261,6 +261,13 @@ class WholeFile:
         call, caller = calls[0]
         constants = _constant_locals(caller)
         return [_evaluate(arg, constants) for arg in (call.args.exprs if call.args else [])]
+
+    def _type_names(self) -> set[str]:
+        """Every name a typedef of the file defines (``FILE``, ``va_list``), scalar or not."""
+        text = "\n".join(line for line in self.lines if not line.lstrip().startswith("#"))
+        names = set(re.findall(r"\btypedef\b[^;{}()]*?\b([A-Za-z_]\w*)\s*;", text))
+        names |= set(re.findall(r"\}\s*([A-Za-z_]\w*)\s*;", text))  # typedef struct {..} T;
+        return names - TYPE_WORDS
 
 
 def _skip_literal(raw: str, col: int) -> int:
@@ -290,15 +297,39 @@ def _typedefs(output: str) -> dict[str, str]:
     return found
 
 
-def _parse_function(text: str, typedefs: dict[str, str]) -> c_ast.FuncDef | None:
-    prelude = " ".join(f"typedef {words} {name};"
-                       for name, words in {**STANDARD_TYPEDEFS, **typedefs}.items())
+def _parse_function(text: str, typedefs: dict[str, str], opaque: set[str]
+                    ) -> c_ast.FuncDef | None:
+    """The caller alone, to read its call: the other typedef names (``FILE``) stand for
+    ``int`` here, and GNU keywords pycparser does not know are dropped."""
+    words = {name: "int" for name in opaque}
+    words.update({**STANDARD_TYPEDEFS, **typedefs})
+    prelude = " ".join(f"typedef {w} {name};" for name, w in words.items())
+    text = _without_gnu(text)
     try:
         tree = c_parser.CParser().parse(prelude + "\n" + text, "caller")
     except Exception:  # noqa: BLE001 - GNU C the parser does not read: no sizes from here
         return None
     defs = [e for e in tree.ext if isinstance(e, c_ast.FuncDef)]
     return defs[0] if len(defs) == 1 else None
+
+
+_GNU_WORDS = re.compile(r"\b(?:__extension__|__inline__|__inline|__restrict__|__restrict|"
+                        r"__volatile__|__const)\b")
+_GNU_CALLS = re.compile(r"\b(?:__attribute__|__asm__|__asm|asm|__declspec)\s*\(")
+
+
+def _without_gnu(text: str) -> str:
+    """``text`` without GNU attributes, asm labels and keywords (balanced parentheses)."""
+    text = _GNU_WORDS.sub(" ", text)
+    while (match := _GNU_CALLS.search(text)) is not None:
+        depth, k = 0, match.end() - 1
+        while k < len(text):
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            k += 1
+            if depth == 0:
+                break
+        text = text[:match.start()] + " " + text[k:]
+    return text
 
 
 def _calls(node: c_ast.Node, name: str) -> list[c_ast.FuncCall]:
