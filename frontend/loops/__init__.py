@@ -16,6 +16,8 @@ sequential semantics.
     iteration.py   the exact iteration set of a for loop
     values.py      statement values -> typed expression trees (C conversions made explicit)
     program.py     Program, context, schedule, Interface
+    wholefile.py   whole programs: cc -E, the SCoP's function alone, the harness's sizes
+    splice.py      the compiled region written back into the user's file (CLI --emit file)
 
 Every user mistake raises a polycomp.errors.PolycompError with a file:line:column
 location; docs/LOOPS.md lists what is accepted and rejected.
