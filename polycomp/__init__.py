@@ -11,7 +11,7 @@ Public API:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .arguments import check_sizes
 from .errors import ArgumentError, PolycompError
@@ -41,17 +41,27 @@ def compile(source: str, entry: str | None = None, *, sizes: Mapping[str, int] |
 
 def compile_loops(c_source: str, function: str | None = None, *,
                   sizes: Mapping[str, int] | None = None, file: str | None = None,
+                  include_dirs: Sequence[str] = (), defines: Sequence[str] = (),
                   **options: object) -> Kernel:
     """Compile an affine C loop nest (a function, or its ``#pragma scop`` region).
 
+    ``c_source`` may be a whole C file with its includes and ``main``, as ppcg takes them:
+    it then goes through the system preprocessor with ``include_dirs`` (-I) and
+    ``defines`` ("NAME" or "NAME=VALUE", -D), and only the SCoP's function is analysed.
     The kernel takes the C function's arguments in order: numpy arrays for arrays
     (updated in place, as the C function would), Python numbers for scalars and sizes.
     """
     from .frontend.loops import parse_c
 
     _check_api("compile_loops", c_source, function, "function", file)
+    for what, values in (("include_dirs", include_dirs), ("defines", defines)):
+        if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+            raise ArgumentError(f"compile_loops: {what} must be a list of strings, "
+                                f"not {values!r}", hint=f"e.g. {what}=['utilities']"
+                                if what == "include_dirs" else "e.g. defines=['N=1000']")
     opts = Options.create(**options)
-    definition = parse_c(c_source, file=file).get(function)
+    definition = parse_c(c_source, file=file, include_dirs=tuple(include_dirs),
+                         defines=tuple(defines)).get(function)
     return _finish(Kernel(definition, opts), sizes)
 
 

@@ -140,6 +140,29 @@ def test_compile_loops_takes_a_whole_file(program: Path):
 
 
 @pytest.mark.needs_cc
+def test_compile_loops_takes_include_dirs_and_defines(program: Path, tmp_path: Path):
+    # the header is found only through include_dirs; N comes from defines
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "inc" / "mini.h").write_text(HEADER)
+    text = program.read_text()
+    file = str(tmp_path / "src" / "copy.c")
+    with pytest.raises(ParseError):
+        polycomp.compile_loops(text, file=file)
+    kernel = polycomp.compile_loops(text, file=file, include_dirs=[str(tmp_path / "inc")],
+                                    defines=["N=12"])
+    assert kernel.definition.interface.inputs[2].dims == (12, 12)
+    rng = np.random.default_rng(4)
+    A, x, y = rng.random((12, 12)), rng.random(12), np.zeros(12)
+    want_A, want_y = reference(12, 0.5, A, x)
+    kernel(12, 0.5, A, x, y)
+    np.testing.assert_allclose(y, want_y, rtol=1e-12)
+    np.testing.assert_allclose(A, want_A, rtol=1e-12)
+    with pytest.raises(PolycompError):
+        polycomp.compile_loops(text, include_dirs="utilities")
+
+
+@pytest.mark.needs_cc
 @pytest.mark.parametrize("extra", [[], ["--sizes", "n=10"], ["--parametric"]],
                          ids=["harness-sizes", "other-sizes", "parametric"])
 def test_cli_writes_the_whole_file_back(program: Path, extra: list[str]):
