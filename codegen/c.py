@@ -16,6 +16,31 @@ statements of a register tile; noipa because gcc 12.2 deleted calls to a noinlin
 A body of statements only stays inline, where gcc can vectorise the loop. A loop under
 an ``omp_simd`` mark gets ``#pragma omp simd``, with ``simdlen(n)`` when the mark's id
 carries the lane count n (scheduler/intratile.py).
+
+One region around a sequential loop. A time loop or a wavefront around a parallel loop
+would fork and join a thread team at each of its iterations; when nothing but loops,
+ifs and parallel loops lies between the outermost such sequential loop and the parallel
+loops below it (no statement that every thread would run redundantly), the team is
+started once around it and each parallel loop becomes a worksharing loop:
+
+    for (long c0 = 0; c0 <= 4; c0 += 1)             #pragma omp parallel
+    {                                               {
+      #pragma omp parallel for                        for (long c0 = 0; c0 <= 4; c0 += 1)
+      for (long c1 = 1; c1 <= 38; c1 += 1)   ->       {
+        S0(c0, c1);                                     #pragma omp for
+      #pragma omp parallel for                          for (long c1 = 1; c1 <= 38; c1 += 1)
+      for (long c1 = 1; c1 <= 38; c1 += 1)                S0(c0, c1);
+        S1(c0, c1);                                     #pragma omp for
+    }                                                   for (long c1 = 1; c1 <= 38; c1 += 1)
+                                                          S1(c0, c1);
+                                                      }
+                                                    }
+
+Every thread runs the sequential loops' control itself (iterators declared in the
+``for`` are private; bounds and conditions read only sizes and outer iterators, so all
+threads meet the same worksharing loops in the same order), and the barrier that ends
+each ``omp for`` keeps the order the region-per-iteration form had. ``polycomp_status``
+is declared before the region, so it is shared; its writes stay atomic.
 """
 
 from __future__ import annotations
@@ -120,6 +145,10 @@ class _Emitter:
         self.gathers = 0
         self.scope: list[str] = []  # iterators of the enclosing loops
         self.outlined: list[c.FunctionBody] = []  # bodies of parallel loops
+        # inside an `omp parallel` region around a sequential loop, outside any parallel
+        # loop: a parallel mark then prints a worksharing `omp for`
+        self.in_region = False
+        self.in_parallel_loop = False  # in a parallel loop's body: never another region
         self.outline_arguments: tuple[CArgument, ...] = ()
 
     def _extent(self, build: isl.AstBuild, extent: isl.PwAff) -> Text:
@@ -128,6 +157,8 @@ class _Emitter:
     def emit(self, node: isl.AstNode) -> c.Generable:
         kind = node.get_type()
         if kind == node_type.for_:
+            if not (self.in_region or self.in_parallel_loop) and _shares_one_region(node):
+                return self._region(node)
             return self._for(node)
         if kind == node_type.if_:
             then = self.emit(node.if_get_then_node())
@@ -151,11 +182,28 @@ class _Emitter:
     def _expr(self, node: isl.AstExpr) -> Text:
         return ast_expr(node, self.names, self.helpers)
 
+    def _region(self, node: isl.AstNode) -> c.Generable:
+        """The sequential loop ``node`` inside one ``omp parallel`` region (module doc)."""
+        self.in_region = True
+        try:
+            loop = self._for(node)
+        finally:
+            self.in_region = False
+        return c.Collection([c.Pragma("omp parallel"), c.Block([loop])])
+
     def _for(self, node: isl.AstNode, pragma: str | None = None,
              outline: bool = False) -> c.Generable:
         it = node.for_get_iterator().get_id().get_name()
         self.scope.append(it)
-        body = self._outline(node.for_get_body()) if outline else self.emit(node.for_get_body())
+        # below a parallel loop every thread runs its own iterations: no worksharing there
+        saved = self.in_region, self.in_parallel_loop
+        if pragma is not None and not pragma.startswith("omp simd"):
+            self.in_region, self.in_parallel_loop = False, True
+        try:
+            body = (self._outline(node.for_get_body()) if outline
+                    else self.emit(node.for_get_body()))
+        finally:
+            self.in_region, self.in_parallel_loop = saved
         self.scope.pop()
         loop = c.For(f"long {it} = {self._expr(node.for_get_init()).code}",
                      self._expr(node.for_get_cond()).code,
@@ -182,15 +230,14 @@ class _Emitter:
 
     def _mark(self, node: isl.AstNode) -> c.Generable:
         mark = node.mark_get_id()
-        name, _, depth = mark.get_name().partition("@")
+        name = _marked_loop(node)
         inner = node.mark_get_node()
-        pragma = {T.MARK_PARALLEL: "omp parallel for", T.MARK_SIMD: "omp simd"}.get(name)
-        # the marked member's own loop only: when it takes a single value isl writes no
-        # loop for it, and the loop found here is a deeper member's, maybe not parallel
-        if (pragma and inner.get_type() == node_type.for_ and depth
-                and inner.for_get_iterator().get_id().get_name() == loop_iterator(int(depth))):
+        if name is not None:
+            pragma = {T.MARK_PARALLEL: "omp parallel for", T.MARK_SIMD: "omp simd"}[name]
             if name == T.MARK_SIMD:
                 pragma += _simdlen(mark)
+            elif self.in_region:
+                pragma = "omp for"  # the team exists already (_region)
             # a body without loops stays inline: a call per iteration would keep gcc from
             # vectorising the parallel loop (atax: one call per element of y)
             outline = name == T.MARK_PARALLEL and _has_loop(inner.for_get_body())
@@ -203,6 +250,49 @@ class _Emitter:
         iterators = dict(zip(stmt.iterators, values))
         printer = ValuePrinter(iterators, self.params, self.scalars, self.arrays, self.helpers)
         return _statement(stmt, printer, self)
+
+
+def _marked_loop(node: isl.AstNode) -> str | None:
+    """The name of the mark ``node`` (``omp_parallel`` or ``omp_simd``) when it sits
+    directly on the marked member's own loop; None otherwise. When that member takes a
+    single value isl writes no loop for it, and the loop found below is a deeper
+    member's, maybe not parallel: it gets no pragma."""
+    name, _, depth = node.mark_get_id().get_name().partition("@")
+    inner = node.mark_get_node()
+    if (name in (T.MARK_PARALLEL, T.MARK_SIMD) and inner.get_type() == node_type.for_ and depth
+            and inner.for_get_iterator().get_id().get_name() == loop_iterator(int(depth))):
+        return name
+    return None
+
+
+def _shares_one_region(node: isl.AstNode) -> bool:
+    """Whether the sequential loop ``node`` can run inside one parallel region whose
+    threads share each parallel loop below it: some parallel loop lies below, and nothing
+    outside the parallel loops runs a statement (every thread would run it) or a simd
+    loop (no worksharing loop may sit inside one)."""
+    found = 0
+
+    def control_only(n: isl.AstNode) -> bool:
+        nonlocal found
+        kind = n.get_type()
+        if kind == node_type.for_:
+            return control_only(n.for_get_body())
+        if kind == node_type.if_:
+            return control_only(n.if_get_then_node()) and (
+                not n.if_has_else_node() or control_only(n.if_get_else_node()))
+        if kind == node_type.block:
+            return all(control_only(child) for child in U.to_list(n.block_get_children()))
+        if kind == node_type.mark:
+            marked = _marked_loop(n)
+            if marked == T.MARK_PARALLEL:
+                found += 1
+                return True  # its iterations are shared out: whatever runs inside is fine
+            if marked == T.MARK_SIMD:
+                return False
+            return control_only(n.mark_get_node())  # no loop of its own: look through it
+        return False  # a statement, or a node kind this emitter does not know
+
+    return control_only(node.for_get_body()) and found > 0
 
 
 def _has_loop(node: isl.AstNode) -> bool:
