@@ -265,8 +265,24 @@ def pw_aff_value(pa: isl.PwAff, values: Mapping[str, int]) -> int | None:
     dom = fixed.domain()
     if dom.is_empty():
         return None
-    val = fixed.max_val()
+    val = pw_aff_bounds(fixed)[1]
     return int(val.to_python()) if val.is_int() else None
+
+
+def pw_aff_bounds(pa: isl.PwAff) -> tuple[isl.Val, isl.Val]:
+    """(minimum, maximum) of ``pa`` over its domain and all parameter values, as
+    ``pa.min_val()``/``pa.max_val()`` would give (infinite when unbounded, NaN when
+    empty).
+
+    Those two refuse ("expecting integer affine expression") a piece whose affine form is
+    rational, such as ``(-1 - i)/2`` on ``2j = 1 + i``: isl writes -j that way once a
+    domain with an equality is intersected in, and it is integral only on that domain.
+    The set of values taken is an ordinary integer set, so its bounds come by ILP."""
+    if pa.get_domain_space().is_params():
+        values = isl.Set.from_pw_multi_aff(isl.PwMultiAff.from_pw_aff(pa))
+    else:
+        values = isl.Map.from_pw_aff(pa).range()
+    return values.dim_min_val(0), values.dim_max_val(0)
 
 
 def constant_pw_aff(value: int, params: Iterable[str] = ()) -> isl.PwAff:

@@ -44,7 +44,7 @@ def _statement_values(upa: isl.UnionPwAff, domain: isl.UnionSet) -> dict[str, in
     for s in U.sets_of(domain):
         space = s.get_space().from_domain().add_dims(isl.dim_type.out, 1)
         pa = upa.extract_pw_aff(space).intersect_domain(s)
-        lo, hi = pa.min_val(), pa.max_val()
+        lo, hi = U.pw_aff_bounds(pa)
         constant = lo.is_int() and hi.is_int() and lo.to_python() == hi.to_python()
         out[s.get_tuple_name()] = lo.to_python() if constant else None
     return out
