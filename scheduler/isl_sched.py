@@ -18,6 +18,12 @@ isl can give up or run away, and a user who asked for "isl" still gets a kernel:
 - on a small program with constant bounds its ILP can run for minutes (the tableau's
   integers grow to thousands of digits). It runs in a child process
   (scheduler/budget.py) for at most ``TIME_LIMIT`` seconds;
+- the parametric form's own dependence analysis can run for minutes where the
+  specialised one takes milliseconds: its context keeps only the sizes' signs, and
+  isl's flow analysis splits every strided or guarded domain by each case of the
+  parameters (a 4-line nest with steps 3 and 2 took more than a minute). It runs in a
+  child too, for at most ``DEPENDENCE_LIMIT`` seconds; past that, the specialised
+  program is scheduled with the dependences the driver already computed;
 - when both fail, pluto schedules the program, with a SchedulerFallbackWarning.
 """
 
@@ -36,17 +42,22 @@ from .specialize import specialize_schedule
 
 # seconds isl's scheduler may take on one program (PolyBench's kernels take < 0.1 s)
 TIME_LIMIT = 5.0
+# seconds the parametric program's dependence analysis may take (PolyBench: < 0.1 s)
+DEPENDENCE_LIMIT = 2.0
 
 
 def schedule_isl(program: Program, deps: Dependences, options: Options) -> isl.Schedule:
     generic = program.generic
     reason = ""
     if generic is not None:
+        generic_deps = _generic_dependences(generic)  # None: schedule the specialised one
         try:
-            schedule = _compute(generic, compute_dependences(generic))
-            if schedule is not None:
-                return specialize_schedule(schedule, dict(program.sizes), program.domain())
-            reason = "it found no schedule for the parametric program"
+            if generic_deps is not None:
+                schedule = _compute(generic, generic_deps)
+                if schedule is not None:
+                    return specialize_schedule(schedule, dict(program.sizes),
+                                               program.domain())
+                reason = "it found no schedule for the parametric program"
         except TimeoutError:
             reason = f"it ran for more than {TIME_LIMIT:g} s"
     if not reason.startswith("it ran"):
@@ -63,14 +74,37 @@ def schedule_isl(program: Program, deps: Dependences, options: Options) -> isl.S
     return schedule_pluto(program, deps, options)
 
 
-def _compute(program: Program, deps: Dependences) -> isl.Schedule | None:
-    """isl's schedule, None when isl reports an error; TimeoutError past TIME_LIMIT."""
+_SEPARATOR = "\n;;\n"
+
+
+def _generic_dependences(generic: Program) -> tuple[isl.UnionMap, isl.UnionMap] | None:
+    """(validity, flow) of the parametric program, computed in a child process; None when
+    that takes more than DEPENDENCE_LIMIT or fails (the specialised program's dependences,
+    which the caller has, are then used with the specialised program)."""
+    def both() -> str:
+        deps = compute_dependences(generic)
+        return str(deps.all()) + _SEPARATOR + str(deps.flow)
+
+    try:
+        text = in_time_limit(both, DEPENDENCE_LIMIT)
+    except TimeoutError:
+        return None
+    if text is None:
+        return None
+    validity, flow = text.split(_SEPARATOR)
+    return isl.UnionMap(validity), isl.UnionMap(flow)
+
+
+def _compute(program: Program,
+             deps: Dependences | tuple[isl.UnionMap, isl.UnionMap]) -> isl.Schedule | None:
+    """isl's schedule, None when isl reports an error; TimeoutError past TIME_LIMIT.
+    ``deps``: the Dependences, or (validity, flow)."""
     configure_isl()
-    validity = deps.all()
+    validity, flow = (deps.all(), deps.flow) if isinstance(deps, Dependences) else deps
     constraints = (isl.ScheduleConstraints.on_domain(program.domain())
                    .set_context(program.context)
                    .set_validity(validity)
                    .set_coincidence(validity)
-                   .set_proximity(deps.flow))
+                   .set_proximity(flow))
     text = in_time_limit(lambda: str(constraints.compute_schedule()), TIME_LIMIT)
     return None if text is None else isl.Schedule(text)
