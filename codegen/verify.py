@@ -241,19 +241,12 @@ def check_ast(node: isl.AstNode, domain: isl.UnionSet, params: tuple[str, ...],
         if not outside.is_empty():
             raise InternalError(f"codegen: isl's AST for '{what}' runs instances of {name} "
                                 f"outside its domain: {outside.range().coalesce()}")
-    ctx = isl.DEFAULT_CONTEXT
-    ctx.reset_operations()
-    ctx.set_max_operations(EXACT_OPERATIONS)
-    try:
+
+    def exact() -> bool:
         _check_exact(maps, parts, what)
-    except isl.Error as exc:
-        if "maximal number of operations" not in str(exc):
-            raise
-        return False
-    finally:
-        ctx.set_max_operations(0)
-        ctx.reset_operations()
-    return True
+        return True
+
+    return bool(U.within_operations(EXACT_OPERATIONS, exact))
 
 
 def _check_exact(maps: list[isl.Map], parts: dict[str, isl.Set], what: str) -> None:

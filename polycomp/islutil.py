@@ -7,8 +7,9 @@ user text into isl syntax: sets and maps are built from spaces and affine expres
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
+from typing import TypeVar
 
 import islpy as isl
 
@@ -16,6 +17,7 @@ from . import expr as E
 
 dim = isl.dim_type
 CTX = isl.DEFAULT_CONTEXT
+T = TypeVar("T")
 
 
 class NotAffine(Exception):
@@ -309,3 +311,24 @@ def point_values(point: isl.Point) -> tuple[dict[str, int], list[int]]:
 
 def is_constant_pw_aff(pa: isl.PwAff) -> bool:
     return pa.is_cst() and pa.n_piece() == 1
+
+
+OUT_OF_OPERATIONS = "maximal number of operations"
+
+
+def within_operations(budget: int, fn: Callable[[], T]) -> T | None:
+    """``fn()`` with isl allowed ``budget`` operations (tableau pivots and the like), or None
+    when it ran out of them; other isl errors propagate. For computations whose cost
+    explodes on a few programs while a cheaper answer exists (the caller's fallback)."""
+    ctx = isl.DEFAULT_CONTEXT
+    ctx.reset_operations()
+    ctx.set_max_operations(budget)
+    try:
+        return fn()
+    except isl.Error as exc:
+        if OUT_OF_OPERATIONS not in str(exc):
+            raise
+        return None
+    finally:
+        ctx.set_max_operations(0)
+        ctx.reset_operations()

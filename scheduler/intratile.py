@@ -373,18 +373,9 @@ ISOLATE_OPERATIONS = 200_000
 def _full_register_tiles(unrolled: isl.ScheduleNode, n_outer: int,
                          factor: int) -> isl.Set | None:
     """``_isolate_set`` within ISOLATE_OPERATIONS isl operations, else None."""
-    ctx = configure_isl()
-    ctx.reset_operations()
-    ctx.set_max_operations(ISOLATE_OPERATIONS)
-    try:
-        return _isolate_set(unrolled, n_outer, factor)
-    except isl.Error as exc:
-        if "maximal number of operations" not in str(exc):
-            raise
-        return None
-    finally:
-        ctx.set_max_operations(0)
-        ctx.reset_operations()
+    configure_isl()
+    return U.within_operations(ISOLATE_OPERATIONS,
+                               lambda: _isolate_set(unrolled, n_outer, factor))
 
 
 def _isolate_set(unrolled: isl.ScheduleNode, n_outer: int,
