@@ -22,6 +22,8 @@ one of three instances through):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import islpy as isl
 
 from polycomp import islutil as U
@@ -61,15 +63,23 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
                         + "\n  ".join(failures))
 
 
-def _as_tree(context: isl.Set, schedule: isl.Schedule,
-             compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+def _generate(context: isl.Set, compact: isl.UnionPwMultiAff | None,
+              generate: Callable[[isl.AstBuild], isl.AstNode]) -> isl.AstNode:
+    """``generate(build)`` on an AstBuild that writes calls in the original iterators of
+    compacted statements."""
     build = isl.AstBuild.from_context(context)
     handle = None
     if compact is not None:
         build, handle = build.set_at_each_domain(_original_call(compact))
-    node = build.node_from_schedule(with_mark_depths(schedule))
+    node = generate(build)
     del handle  # the callback must live until the AST is built
     return node
+
+
+def _as_tree(context: isl.Set, schedule: isl.Schedule,
+             compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+    marked = with_mark_depths(schedule)
+    return _generate(context, compact, lambda build: build.node_from_schedule(marked))
 
 
 def _separated(context: isl.Set, schedule: isl.Schedule,
@@ -91,13 +101,8 @@ def _separated(context: isl.Set, schedule: isl.Schedule,
 def _flattened(context: isl.Set, schedule: isl.Schedule,
                compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
     """The schedule as one flat map (isl refused some tiled trees with "unknown divs")."""
-    build = isl.AstBuild.from_context(context)
-    handle = None
-    if compact is not None:
-        build, handle = build.set_at_each_domain(_original_call(compact))
-    node = build.node_from_schedule_map(schedule.get_map())
-    del handle
-    return node
+    flat = schedule.get_map()
+    return _generate(context, compact, lambda build: build.node_from_schedule_map(flat))
 
 
 def compaction(domain: isl.UnionSet) -> isl.UnionPwMultiAff | None:
