@@ -16,6 +16,7 @@ objects are already in its memory; the result comes back as isl text.
 from __future__ import annotations
 
 import os
+import pickle
 import select
 import signal
 import time
@@ -25,6 +26,12 @@ from collections.abc import Callable
 
 class SchedulerFallbackWarning(UserWarning):
     """The scheduler the user asked for gave up on a program and another one scheduled it."""
+
+
+# True in a child of in_time_limit: its own children stay in its process group, so that
+# killing the outermost child (os.killpg) also ends a limit nested inside it (the isl
+# scheduler's, inside the whole scheduler's)
+_IN_CHILD = False
 
 
 def in_time_limit(fn: Callable[[], str], seconds: float) -> str | None:
@@ -42,6 +49,10 @@ def in_time_limit(fn: Callable[[], str], seconds: float) -> str | None:
     if pid == 0:  # the child: compute, write, leave without running the parent's atexit
         status = 1
         try:
+            global _IN_CHILD
+            if not _IN_CHILD:
+                os.setpgid(0, 0)
+                _IN_CHILD = True
             os.close(read_end)
             data = fn().encode()
             with os.fdopen(write_end, "wb") as out:
@@ -57,7 +68,7 @@ def in_time_limit(fn: Callable[[], str], seconds: float) -> str | None:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([read_end], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
+                _kill(pid)
                 timed_out = True
                 break
             chunk = os.read(read_end, 1 << 16)
@@ -74,3 +85,44 @@ def in_time_limit(fn: Callable[[], str], seconds: float) -> str | None:
     if not finished or os.waitstatus_to_exitcode(status) != 0:
         return None
     return b"".join(chunks).decode()
+
+
+def _kill(pid: int) -> None:
+    """Kill the child ``pid`` and, when it leads a process group (the outermost limit),
+    the children it started itself."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+            return
+    except ProcessLookupError:
+        pass
+    os.kill(pid, signal.SIGKILL)
+
+
+def call_in_time_limit(fn: Callable[[], object], seconds: float) -> object:
+    """``fn()`` computed in a child process and brought back with pickle: its value, or its
+    exception raised here; TimeoutError past ``seconds``. The warnings ``fn`` gave are
+    given again here. ``fn``'s value must pickle (isl objects: return their text)."""
+    def child() -> str:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                outcome = ("value", fn())
+            except Exception as exc:  # noqa: BLE001 - carried to the parent
+                outcome = ("error", exc)
+        given = [(w.category, str(w.message)) for w in caught]
+        try:
+            data = pickle.dumps((outcome, given))
+        except Exception as exc:  # noqa: BLE001 - an exception that does not pickle
+            data = pickle.dumps((("error", RuntimeError(f"{type(exc).__name__}: {exc}")), given))
+        return data.hex()
+
+    text = in_time_limit(child, seconds)
+    if text is None:
+        raise RuntimeError("the child process computing under a time limit failed")
+    (kind, value), given = pickle.loads(bytes.fromhex(text))
+    for category, message in given:
+        warnings.warn(message, category, stacklevel=2)
+    if kind == "error":
+        raise value
+    return value

@@ -29,6 +29,8 @@ from polycomp import islutil as U
 from polycomp.errors import InternalError
 from polycomp.ir import Program
 
+from .budget import in_time_limit
+
 
 @dataclass(frozen=True, eq=False)
 class Dependences:
@@ -75,14 +77,53 @@ def _distance(m: isl.Map) -> str:
     return str(m.deltas().coalesce())
 
 
+# seconds the exact (value-based) analysis may take before the memory-based superset is
+# used instead (PolyBench's kernels: < 0.5 s; a parametric fuzz nest ran for minutes)
+EXACT_LIMIT = 5.0
+
+_SEPARATOR = "\n;;\n"
+
+
 def compute_dependences(program: Program) -> Dependences:
-    """All dependences of ``program`` under its original (sequential) schedule."""
+    """All dependences of ``program`` under its original (sequential) schedule.
+
+    isl's exact analysis can run for minutes on a small parametric nest (its flow
+    analysis splits every strided or guarded domain by each case of the parameters), and
+    islpy holds the GIL inside isl, so it runs in a child process (scheduler/budget.py)
+    for at most ``EXACT_LIMIT`` seconds; its relations come back as isl text, which
+    reads back as the same relations. Past the limit, or when isl fails, the
+    memory-based dependences (a superset: legal schedules stay legal, the schedulers
+    only see more constraints) are used."""
     # only parameter values in the context matter: a dependence that exists only outside
     # it would make legal schedules look illegal
     context = program.context
     schedule = program.original_schedule.intersect_params(context)
     reads = program.reads().intersect_params(context)
     writes = program.writes().intersect_params(context)
+    domain = program.domain().intersect_params(context)
+
+    def exact() -> str:
+        deps = _exact(program, reads, writes, schedule)
+        return "" if deps is None else _SEPARATOR.join(
+            str(m) for m in (deps.flow, deps.anti, deps.output, deps.live_in))
+
+    try:
+        text = in_time_limit(exact, EXACT_LIMIT)
+    except TimeoutError:
+        text = None
+    if text:
+        flow, anti, output, live_in = (isl.UnionMap(t) for t in text.split(_SEPARATOR))
+        return Dependences(domain, flow, anti, output, live_in)
+    try:
+        return _memory_based(program, reads, writes, schedule)
+    except isl.Error as exc:
+        raise InternalError(f"dependence analysis failed for '{program.name}': "
+                            f"{str(exc).splitlines()[0]}") from exc
+
+
+def _exact(program: Program, reads: isl.UnionMap, writes: isl.UnionMap,
+           schedule: isl.UnionMap) -> Dependences | None:
+    """isl's value-based analysis; None where isl fails on it."""
     try:
         return _analyse(program, reads, writes, lambda info: info.set_schedule_map(schedule))
     except isl.Error:
@@ -98,12 +139,7 @@ def compute_dependences(program: Program) -> Dependences:
             isl.MultiUnionPwAff.from_union_map(schedule))
         return _analyse(program, reads, writes, lambda info: info.set_schedule(tree))
     except isl.Error:
-        pass
-    try:
-        return _memory_based(program, reads, writes, schedule)
-    except isl.Error as exc:
-        raise InternalError(f"dependence analysis failed for '{program.name}': "
-                            f"{str(exc).splitlines()[0]}") from exc
+        return None
 
 
 def _analyse(program: Program, reads: isl.UnionMap, writes: isl.UnionMap,

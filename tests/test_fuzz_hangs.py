@@ -7,6 +7,14 @@
   the generic dependences in a child process under ``DEPENDENCE_LIMIT`` seconds and
   otherwise schedules the specialised program with the driver's dependences.
 
+* 77:876, 77:905, 77:1605, 4242:849 (schedulers "pluto" and "isl", some parametric):
+  isl's exact dependence analysis of the parametric program ran for tens of seconds,
+  then pluto's Farkas duals and ILPs for minutes. scheduler/dependences.py now runs the
+  exact analysis in a child under ``EXACT_LIMIT`` (then the memory-based superset), and
+  scheduler/__init__.py every searching scheduler (the isl chain included) under
+  ``SCHEDULE_LIMIT`` (then the original order, with a SchedulerFallbackWarning). Here
+  they run in this process with tiny limits, so that the fallbacks are what is tested.
+
 The cases run as the fuzzer runs them (a worker process; gcc -O0 is the oracle). The
 structural test checks, without timing anything, that the generic dependence analysis
 never runs unbounded in the compiling process.
@@ -18,12 +26,16 @@ import os
 import time
 import warnings
 
+import numpy as np
 import pytest
 
 import polycomp
 from polycomp.fuzzing.campaign import case_at
 from polycomp.fuzzing.harness import Worker
-from polycomp.scheduler import isl_sched
+import polycomp.scheduler as scheduler_package
+from polycomp.fuzzing.worker import run_case
+from polycomp.scheduler import dependences, isl_sched, pluto
+from polycomp.scheduler.budget import SchedulerFallbackWarning
 
 # the programs of the finding files, as case_at(77, n) draws them
 SOURCES = {
@@ -35,13 +47,89 @@ SOURCES = {
         A[(k) / 2 + 7][2 * i + 2]++;""",
     768: """void kern(int N, int M, int a0, double A[3 * N + 5][3 * N + 11], unsigned char B""",
 }
+# (campaign, case) -> the start of its program
+BOUNDED_SOURCES = {
+    (77, 876): "void kern(int N, int M, long a1, double d0, long A[N + 2 * M + 10]",
+    (77, 905): "void kern(int N, int M, short A[N + M + 3], unsigned B[2 * N + M + 11]",
+    (77, 1605): "void kern(int N, unsigned A[3 * N + 4], unsigned long B[4 * N + 5]",
+    (4242, 849): "void kern(int N, int M, int a0, long a1, int A[2 * N + M + 8]",
+}
 
 
-def fuzz_case(n: int):
-    case = case_at(77, n)
-    assert case.program.source.startswith(SOURCES[n]), \
+def fuzz_case(n: int, seed: int = 77):
+    case = case_at(seed, n)
+    start = SOURCES[n] if seed == 77 and n in SOURCES else BOUNDED_SOURCES[seed, n]
+    assert case.program.source.startswith(start), \
         "loopgen draws another program now: build this case by hand from the finding"
     return case
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("seed,n", sorted(BOUNDED_SOURCES))
+def test_slow_analysis_and_scheduling_fall_back_and_agree_with_gcc_O0(monkeypatch, seed, n):
+    monkeypatch.setattr(dependences, "EXACT_LIMIT", 0.3)
+    monkeypatch.setattr(scheduler_package, "SCHEDULE_LIMIT", 0.5)
+    case = fuzz_case(n, seed)
+    start = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SchedulerFallbackWarning)
+        outcome = run_case(case, lambda message: None)
+    assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
+    assert time.monotonic() - start < 20  # minutes before (gcc and the checks remain)
+
+
+def _runaway(*args, **kwargs):
+    while True:
+        pass
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("name", ["pluto", "isl"])
+def test_a_scheduler_that_never_returns_ends_in_the_original_order(monkeypatch, name):
+    """pluto never returns (and isl finds nothing, so its chain ends in pluto): the
+    compile ends after the limit with the original order and a warning naming it."""
+    monkeypatch.setattr(pluto, "schedule_pluto", _runaway)
+    monkeypatch.setattr(isl_sched, "_compute", lambda program, deps: None)
+    monkeypatch.setattr(scheduler_package, "SCHEDULE_LIMIT", 0.3)
+    source = ("void k(int N, double A[N][N]) { for (int i = 1; i < N; i++) "
+              "for (int j = 0; j < N; j++) A[i][j] += A[i - 1][j]; }")
+    start = time.monotonic()
+    with pytest.warns(SchedulerFallbackWarning, match=f"'{name}' ran for more than 0.3 s"):
+        kernel = polycomp.compile_loops(source, "k", scheduler=name)
+        kernel.specialize({"N": 6})
+    assert time.monotonic() - start < 8
+    A = np.arange(36, dtype=float).reshape(6, 6)
+    expected = A.copy()
+    for i in range(1, 6):
+        expected[i] += expected[i - 1]
+    kernel(6, A)
+    assert np.array_equal(A, expected)
+
+
+def test_slow_exact_analysis_gives_the_memory_based_superset(monkeypatch):
+    from programs import jacobi1d
+    program = jacobi1d()
+    exact = dependences.compute_dependences(program)
+    monkeypatch.setattr(dependences, "_exact", lambda *args: time.sleep(60))
+    monkeypatch.setattr(dependences, "EXACT_LIMIT", 0.2)
+    start = time.monotonic()
+    superset = dependences.compute_dependences(program)
+    assert time.monotonic() - start < 5
+    for kind in ("flow", "anti", "output"):
+        assert getattr(exact, kind).is_subset(getattr(superset, kind)), kind
+    assert not exact.output.is_equal(superset.output)  # the memory-based one, not exact
+
+
+def test_exact_dependences_come_back_from_the_child_unchanged():
+    from programs import jacobi1d, matmul
+    for program in (matmul(), jacobi1d()):
+        context = program.context
+        here = dependences._exact(program, program.reads().intersect_params(context),
+                                  program.writes().intersect_params(context),
+                                  program.original_schedule.intersect_params(context))
+        there = dependences.compute_dependences(program)
+        for kind in ("flow", "anti", "output", "live_in"):
+            assert getattr(here, kind).is_equal(getattr(there, kind)), kind
 
 
 @pytest.fixture(scope="module")
