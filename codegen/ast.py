@@ -32,7 +32,7 @@ from polycomp.ir import Program
 from polycomp.options import configure_isl
 from polycomp.scheduler import tree as T
 
-from .verify import check_ast
+from .verify import CheckOutOfBudget, check_ast
 
 LOOP_MARKS = (T.MARK_PARALLEL, T.MARK_SIMD)
 
@@ -43,7 +43,9 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
     Tries the tree as it is (strides compacted) first; when isl fails on it or its AST
     does not pass the check, the tree with every band member generated "separate", then
     the flattened schedule map (no marks: sequential code, no unrolling). Each fallback
-    only changes how isl is asked, never the order of the instances."""
+    only changes how isl is asked, never the order of the instances. An AST too costly to
+    check raises CheckOutOfBudget at once (polycomp/driver.py then compiles the original
+    order)."""
     configure_isl()
     domain = schedule.get_domain()
     compact = compaction(domain)
@@ -57,6 +59,8 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
             return node
         except isl.Error as exc:
             failures.append(f"{attempt.__name__.strip('_')}: isl: {str(exc).splitlines()[0]}")
+        except CheckOutOfBudget:
+            raise  # the other builds are larger still: the driver takes the original order
         except InternalError as exc:
             failures.append(f"{attempt.__name__.strip('_')}: {exc}")
     raise InternalError(f"codegen: no correct isl AST for '{program.name}':\n  "

@@ -35,6 +35,17 @@ class _Unreadable(Exception):
     """An AST construct this reader does not model (reported as an InternalError)."""
 
 
+class CheckOutOfBudget(InternalError):
+    """Reading the AST back took more than READBACK_OPERATIONS isl operations: the AST is
+    neither known right nor known wrong (codegen/ast.py tries a simpler one, the driver
+    then the original order)."""
+
+
+# reading back PolyBench's kernels at LARGE stays far below this; a fuzzed parametric nest
+# with several strides and guards under isl's schedule needed minutes of set intersections
+READBACK_OPERATIONS = 4_000_000
+
+
 @dataclass(frozen=True)
 class _Scope:
     """The loops around an AST node: iterator names (outermost first) and the set of
@@ -228,9 +239,13 @@ def check_ast(node: isl.AstNode, domain: isl.UnionSet, params: tuple[str, ...],
     """Raise an InternalError unless ``node`` runs every instance of ``domain`` once.
     Returns False when the exact half ran out of its budget (only the cheap half ran)."""
     try:
-        maps = executed_instances(node, params, context)
+        maps = U.within_operations(READBACK_OPERATIONS,
+                                   lambda: executed_instances(node, params, context))
     except _Unreadable as exc:
         raise InternalError(f"codegen: cannot read back the isl AST of '{what}': {exc}") from None
+    if maps is None:
+        raise CheckOutOfBudget(f"codegen: reading back the isl AST of '{what}' took more than "
+                               f"{READBACK_OPERATIONS} isl operations")
     domain = domain.intersect_params(context)
     parts = {part.get_tuple_name(): part for part in U.to_list(domain.get_set_list())}
     for instances in maps:  # the cheap half: no projection, no division to compute

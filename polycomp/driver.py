@@ -8,17 +8,21 @@ stage as text for ``polycomp compile --emit``.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import islpy as isl
 
 from .codegen.c import generate_c
 from .codegen.source import Source
+from .codegen.verify import CheckOutOfBudget
 from .errors import IllegalScheduleError, InternalError
 from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
+from .scheduler.budget import SchedulerFallbackWarning
 from .scheduler.legality import check_schedule
+from .scheduler.original import schedule_original
 from .scheduler.passes import run_passes
 from .scheduler.tree import dump
 
@@ -53,7 +57,17 @@ def compile_program(program: Program, options: Options) -> Compiled:
             raise  # the user's schedule: their error, with the broken dependence named
         raise InternalError(f"scheduler '{options.scheduler}' produced an illegal schedule for "
                             f"'{program.name}': {exc.message}") from exc
-    return Compiled(program, deps, schedule, generate_c(program, schedule, options))
+    try:
+        source = generate_c(program, schedule, options)
+    except CheckOutOfBudget as exc:
+        # the optimised code could not be checked in time: the original order, untiled and
+        # unmarked, is always legal and its AST simple to check (if even that fails, the
+        # error stands)
+        warnings.warn(f"{exc}; '{program.name}' compiled in the original loop order instead",
+                      SchedulerFallbackWarning, stacklevel=4)
+        schedule = schedule_original(program, deps, options)
+        source = generate_c(program, schedule, options)
+    return Compiled(program, deps, schedule, source)
 
 
 def format_program(program: Program) -> str:
