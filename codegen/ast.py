@@ -17,7 +17,8 @@ one of three instances through):
 - the finished AST is read back (codegen/verify.py) and must run every instance of the
   schedule's domain exactly once. When it does not, or isl fails, the AST is generated
   again in a simpler way (band members "separate", then the flat schedule map, which
-  drops the marks); when no way passes, an InternalError names the codegen stage.
+  drops the marks); when no way passes, ASTRejected (an InternalError naming the codegen
+  stage) sends polycomp/driver.py to the original loop order, with a warning.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from polycomp.ir import Program
 from polycomp.options import configure_isl
 from polycomp.scheduler import tree as T
 
-from .verify import CheckOutOfBudget, check_ast
+from .verify import ASTRejected, CheckOutOfBudget, check_ast
 
 LOOP_MARKS = (T.MARK_PARALLEL, T.MARK_SIMD)
 
@@ -44,8 +45,8 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
     does not pass the check, the tree with every band member generated "separate", then
     the flattened schedule map (no marks: sequential code, no unrolling). Each fallback
     only changes how isl is asked, never the order of the instances. An AST too costly to
-    check raises CheckOutOfBudget at once (polycomp/driver.py then compiles the original
-    order)."""
+    check raises CheckOutOfBudget at once, and when no build passes, ASTRejected: either
+    way polycomp/driver.py then compiles the original order."""
     configure_isl()
     domain = schedule.get_domain()
     compact = compaction(domain)
@@ -63,8 +64,8 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
             raise  # the other builds are larger still: the driver takes the original order
         except InternalError as exc:
             failures.append(f"{attempt.__name__.strip('_')}: {exc}")
-    raise InternalError(f"codegen: no correct isl AST for '{program.name}':\n  "
-                        + "\n  ".join(failures))
+    raise ASTRejected(f"codegen: no correct isl AST for '{program.name}':\n  "
+                      + "\n  ".join(failures))
 
 
 def _generate(context: isl.Set, compact: isl.UnionPwMultiAff | None,

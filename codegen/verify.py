@@ -35,10 +35,15 @@ class _Unreadable(Exception):
     """An AST construct this reader does not model (reported as an InternalError)."""
 
 
-class CheckOutOfBudget(InternalError):
+class ASTRejected(InternalError):
+    """No AST for the schedule could be shown to run each instance once (isl failed, its
+    AST was wrong, or checking it was too costly): polycomp/driver.py then compiles the
+    original order, whose AST is checked in its turn."""
+
+
+class CheckOutOfBudget(ASTRejected):
     """Reading the AST back took more than READBACK_OPERATIONS isl operations: the AST is
-    neither known right nor known wrong (codegen/ast.py tries a simpler one, the driver
-    then the original order)."""
+    neither known right nor known wrong."""
 
 
 # reading back PolyBench's kernels at LARGE stays far below this; a fuzzed parametric nest

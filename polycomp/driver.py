@@ -15,7 +15,7 @@ import islpy as isl
 
 from .codegen.c import generate_c
 from .codegen.source import Source
-from .codegen.verify import CheckOutOfBudget
+from .codegen.verify import ASTRejected
 from .errors import IllegalScheduleError, InternalError
 from .ir import Program, format_statement
 from .options import Options, configure_isl
@@ -59,10 +59,10 @@ def compile_program(program: Program, options: Options) -> Compiled:
                             f"'{program.name}': {exc.message}") from exc
     try:
         source = generate_c(program, schedule, options)
-    except CheckOutOfBudget as exc:
-        # the optimised code could not be checked in time: the original order, untiled and
-        # unmarked, is always legal and its AST simple to check (if even that fails, the
-        # error stands)
+    except ASTRejected as exc:
+        # no AST of the optimised schedule was shown right (isl's generator lost instances
+        # or checking it took too long): the original order, untiled and unmarked, is
+        # always legal and its AST simple (if even that is rejected, the error stands)
         warnings.warn(f"{exc}; '{program.name}' compiled in the original loop order instead",
                       SchedulerFallbackWarning, stacklevel=4)
         schedule = schedule_original(program, deps, options)

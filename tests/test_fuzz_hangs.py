@@ -177,3 +177,32 @@ def test_an_ast_too_costly_to_check_falls_back_to_the_original_order(monkeypatch
             expected[i, j] += expected[i - 1, j] - 3 * expected[i, j // 2]
     kernel(7, A)
     assert np.array_equal(A, expected)
+
+
+FUZZ_4242_4081 = """void kern(int N, long A[2 * N + 7][3 * N + 5]) {
+  for (int i = 1; i <= N - 1; i++) {
+    for (int j = 1; j < N; j++) {
+      for (int k = N + 1 - 1; k >= 1; k -= 3) {
+        A[2 * i + 5][j - k + 4] = (j % 4);
+        A[i + 7][j + 2 * k + 2] -= A[k + 4][k + 2];
+      }
+      A[2 * j + 8][2 * i + j + 1] = ((int) (A[i + j + 8][i + 4] - A[2 * i + 7][i + j + 1]));
+    }
+  }
+}"""
+
+
+@pytest.mark.needs_cc
+def test_an_ast_isl_gets_wrong_falls_back_to_the_original_order():
+    """4242:4081 (isl scheduler): isl's AST for the schedule misses instances of S1 in every
+    build (the check catches it); the kernel is the original order instead, not an error."""
+    from polycomp.fuzzing.loopgen import ArgSpec
+    from polycomp.fuzzing.oracle import run_gcc
+    with pytest.warns(SchedulerFallbackWarning, match="original loop order"):
+        kernel = polycomp.compile_loops(FUZZ_4242_4081, "kern", scheduler="isl", sizes={"N": 4})
+    A = (np.arange(15 * 17, dtype=np.int64).reshape(15, 17) * 7) % 23
+    expected = A.copy()
+    specs = [ArgSpec("N", "size", "int32", 4), ArgSpec("A", "array", "int64", shape=(15, 17))]
+    run_gcc(FUZZ_4242_4081, "kern", specs, [4, expected])
+    kernel(4, A)
+    assert np.array_equal(A, expected)
