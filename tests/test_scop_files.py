@@ -131,10 +131,14 @@ def reference(n: int, alpha: float, A: np.ndarray, x: np.ndarray) -> tuple:
 @pytest.mark.needs_cc
 def test_compile_loops_takes_a_whole_file(program: Path):
     kernel = polycomp.compile_loops(program.read_text(), file=str(program))
-    rng = np.random.default_rng(3)
-    A, x, y = rng.random((37, 37)), rng.random(37), np.zeros(37)
-    want_A, want_y = reference(37, 1.5, A, x)
-    kernel(37, 1.5, A, x, y)
+    agrees_with_reference(kernel, 37, 1.5)
+
+
+def agrees_with_reference(kernel: polycomp.Kernel, n: int, alpha: float) -> None:
+    rng = np.random.default_rng(n)
+    A, x, y = rng.random((n, n)), rng.random(n), np.zeros(n)
+    want_A, want_y = reference(n, alpha, A, x)
+    kernel(n, alpha, A, x, y)
     np.testing.assert_allclose(y, want_y, rtol=1e-12)
     np.testing.assert_allclose(A, want_A, rtol=1e-12)
 
@@ -152,12 +156,7 @@ def test_compile_loops_takes_include_dirs_and_defines(program: Path, tmp_path: P
     kernel = polycomp.compile_loops(text, file=file, include_dirs=[str(tmp_path / "inc")],
                                     defines=["N=12"])
     assert kernel.definition.interface.inputs[2].dims == (12, 12)
-    rng = np.random.default_rng(4)
-    A, x, y = rng.random((12, 12)), rng.random(12), np.zeros(12)
-    want_A, want_y = reference(12, 0.5, A, x)
-    kernel(12, 0.5, A, x, y)
-    np.testing.assert_allclose(y, want_y, rtol=1e-12)
-    np.testing.assert_allclose(A, want_A, rtol=1e-12)
+    agrees_with_reference(kernel, 12, 0.5)
     with pytest.raises(PolycompError):
         polycomp.compile_loops(text, include_dirs="utilities")
 
