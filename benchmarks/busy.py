@@ -10,7 +10,8 @@ benchmark may use, unless told otherwise) for as long as the ``with`` block last
 
 The spinner is a plain Python loop in a child process (no shell), pinned with
 ``sched_setaffinity`` where the platform has it, so that the operating system cannot
-move it off the core it competes for. It is killed on leaving the block, also on errors.
+move it off the core it competes for. It is killed on leaving the block, also on errors, and ends by itself when the
+benchmark's process is gone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-SPIN = "while True:\n    pass\n"
+# spins until its parent is gone, so that a benchmark killed without cleanup (SIGKILL,
+# a closed terminal) leaves no spinner behind
+# (the parent's pid comes as an argument: the child may start after its parent is gone)
+SPIN = "import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n    pass\n"
 
 
 def default_core() -> int | None:
@@ -39,7 +43,8 @@ def competing_load(core: int | None = None, processes: int = 1) -> Iterator[list
     children: list[subprocess.Popen] = []
     try:
         for _ in range(processes):
-            child = subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL)
+            child = subprocess.Popen([sys.executable, "-c", SPIN, str(os.getpid())],
+                                     stdin=subprocess.DEVNULL)
             children.append(child)
             if core is not None:
                 os.sched_setaffinity(child.pid, {core})

@@ -6,6 +6,7 @@ Public API:
     compile_program(program, *, sizes=None, **options) -> Kernel        (a Program, e.g. from_isl)
     Program.from_isl(...)                                               (the research door)
     set_num_threads(n)                                                  (OpenMP threads)
+    set_dynamic(flag)                        (fewer threads while other processes are busy)
     Options, PolycompError (and its subclasses in polycomp.errors)
 """
 
@@ -18,7 +19,7 @@ from .errors import ArgumentError, PolycompError
 from .ir import Program
 from .options import Options
 from .runtime import Kernel
-from .threads import set_num_threads
+from .threads import set_dynamic, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -111,4 +112,4 @@ def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
 
 
 __all__ = ["compile", "compile_loops", "compile_program", "Kernel", "Options", "PolycompError", "Program",
-           "set_num_threads"]
+           "set_dynamic", "set_num_threads"]

@@ -10,6 +10,7 @@ sizes, which are passed as C arguments. Outputs are allocated here and returned.
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from .ir import Interface, Program
 from .memory import aligned_empty, aligned_zeros
 from .options import Options
 from .scheduler.dependences import Dependences
+from .threads import call_threads
 
 SCALAR_CTYPES = {
     "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
@@ -60,12 +62,17 @@ class Definition(Protocol):
     def lower(self, sizes: Mapping[str, int] | None = None) -> Program: ...
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class Variant:
     """One compiled specialisation: the pipeline's products and the loaded entry."""
 
     compiled: Compiled
     function: ctypes._CFuncPtr  # type: ignore[name-defined]
+
+    @functools.cached_property
+    def parallel(self) -> bool:
+        """Whether the C has OpenMP regions (calls then adapt to the load: threads.py)."""
+        return "#pragma omp" in self.compiled.source.text
 
 
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
@@ -191,7 +198,11 @@ class Kernel:
                 call_args.append(scalar_value(bound.values[arg.name], arg.dtype))
             else:
                 call_args.append(buffers[arg.name].ctypes.data)
-        status = variant.function(*call_args)
+        if variant.parallel:
+            with call_threads():
+                status = variant.function(*call_args)
+        else:
+            status = variant.function(*call_args)
         for original, copy in bound.write_back:
             original[...] = copy
         if status == STATUS_DIVISION:

@@ -16,6 +16,18 @@ microseconds) keeps back-to-back regions as fast as spinning on a quiet machine 
 the loaded run). So polycomp sets that unless the user chose a wait policy or a spin
 count; libgomp reads the variables once, when it is loaded, which is why this happens
 when polycomp is imported.
+
+Sharing the cores: a short spin is not enough where another process keeps a core busy.
+A static parallel loop gives that core's thread half the work, the thread then gets
+half the core, and every barrier waits for it; a wavefront pays a descheduled worker's
+time slice per step (doitgen at LARGE: 5.2 s on 2 threads beside one busy process,
+0.42 s for gcc's serial loop). So, like libgomp's own OMP_DYNAMIC but from the number
+of tasks running now rather than the 15-minute load average, each call of a kernel with
+parallel code uses at most as many threads as there are cores that nothing else is
+running on (threads_for_call): the requested count on an idle machine, 1 thread beside
+a busy process on 2 cores. ``set_dynamic(False)``, or OMP_DYNAMIC=false in the
+environment, keeps the requested count whatever the load (the fuzzer and the tests of
+multi-threaded code need exactly that count).
 """
 
 from __future__ import annotations
@@ -75,3 +87,93 @@ def set_num_threads(n: int) -> None:
 
 def get_max_threads() -> int:
     return int(_libgomp().omp_get_max_threads())
+
+
+_dynamic = os.environ.get("OMP_DYNAMIC", "").strip().lower() not in ("false", "0", "no")
+
+
+def set_dynamic(flag: bool) -> None:
+    """Whether kernels use fewer threads than requested while other processes keep
+    cores busy (the default; OMP_DYNAMIC=false in the environment turns it off)."""
+    global _dynamic
+    if not isinstance(flag, bool):
+        raise OptionError(f"set_dynamic takes True or False, not {flag!r}")
+    _dynamic = flag
+
+
+def get_dynamic() -> bool:
+    return _dynamic
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def running_tasks() -> int | None:
+    """Tasks (threads) running or runnable on the whole machine now, from the kernel's
+    /proc/loadavg; None where there is no such file."""
+    try:
+        return int(_read("/proc/loadavg").split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def own_running_tasks() -> int:
+    """This process's threads that are running or runnable now (the caller included)."""
+    count = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 1
+    for tid in tasks:
+        try:
+            stat = _read(f"/proc/self/task/{tid}/stat")
+        except OSError:
+            continue  # the thread ended
+        state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+        count += state == b"R"
+    return max(count, 1)
+
+
+def threads_for_call(requested: int, cpus: int | None = None,
+                     running: int | None = None, own: int | None = None) -> int:
+    """How many threads the next parallel call uses: ``requested``, unless other
+    processes' tasks are running, then at most one per core they leave free (at least
+    1). The machine-wide counts are read now unless given (tests give them)."""
+    if requested <= 1 or not _dynamic:
+        return requested
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    running = running if running is not None else running_tasks()
+    if running is None or running <= 1:
+        return requested
+    others = running - (own if own is not None else own_running_tasks())
+    if others <= 0:
+        return requested
+    return max(1, min(requested, cpus - others))
+
+
+class call_threads:
+    """``with call_threads():`` around a kernel call with parallel code: lowers this
+    Python thread's OpenMP count for the call when the machine is busy
+    (threads_for_call), and restores it after."""
+
+    __slots__ = ("requested",)
+
+    def __enter__(self) -> None:
+        self.requested = 0
+        if not _dynamic:
+            return
+        gomp = _libgomp()
+        requested = int(gomp.omp_get_max_threads())
+        use = threads_for_call(requested)
+        if use != requested:
+            gomp.omp_set_num_threads(ctypes.c_int(use))
+            self.requested = requested
+
+    def __exit__(self, *exc: object) -> None:
+        if self.requested:
+            _libgomp().omp_set_num_threads(ctypes.c_int(self.requested))

@@ -10,6 +10,10 @@ import pytest
 
 _CACHE = tempfile.mkdtemp(prefix="polycomp-test-cache-")
 os.environ["POLYCOMP_CACHE_DIR"] = _CACHE
+# The suite runs beside its own xdist workers: with the load-adaptive thread count
+# (polycomp/threads.py) a test asking for 3 threads would run on 1 and never exercise
+# the parallel code. tests/test_threads_load.py turns it back on where it is the subject.
+os.environ["OMP_DYNAMIC"] = "false"
 
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest hook signature

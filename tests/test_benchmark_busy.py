@@ -46,3 +46,19 @@ def test_competing_load_is_killed_on_error():
         with busy.competing_load() as pids:
             raise RuntimeError("benchmark failed")
     assert not _alive(pids[0])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_spinner_ends_when_the_benchmark_is_killed():
+    """A benchmark killed without cleanup (SIGKILL) must not leave a spinner behind."""
+    import subprocess
+    script = ("import os, sys; sys.path.insert(0, sys.argv[1]); from benchmarks import busy\n"
+              "with busy.competing_load() as pids:\n"
+              "    print(pids[0], flush=True); os._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", script, str(ROOT)], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    pid = int(out.split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
