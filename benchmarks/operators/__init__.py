@@ -1,0 +1,1 @@
+"""Deep-learning operator benchmark: polycomp against onnxruntime (python -m benchmarks.operators)."""
