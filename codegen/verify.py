@@ -234,8 +234,9 @@ def _call(call: isl.AstExpr, scope: _Scope) -> isl.Map:
 # isl operations for the exact half of the check (each node injective, the images
 # disjoint and covering the domain). On unroll-and-jammed nests the images are unions of
 # dozens of pieces with divisions: lu at LARGE spent 10 s in is_injective and cholesky
-# 80 s subtracting images. Beyond this budget (about a second) the check keeps its cheap
-# half, which sees dropped guards' extra instances but not missing ones.
+# 80 s subtracting images. Beyond this budget (about a second) only the cheap half has
+# run, which sees dropped guards' extra instances but not missing ones: codegen/ast.py
+# then rejects a parametric AST and accepts a specialised one (a known gap).
 EXACT_OPERATIONS = 2_000_000
 
 

@@ -6,16 +6,23 @@ the fuzzer runs it: the C built by ``gcc -O0`` is the oracle, integers bit for b
   time ``-j`` as the rational ``(-1 - i)/2`` on it, and ``PwAff.min_val`` refused that
   ("expecting integer affine expression") in the scheduler "none"'s tree builder.
   ``islutil.pw_aff_bounds`` now bounds the set of values instead.
+* 5151:3535 -- a strided, skewed band tiled by 5 in parametric mode: isl's AST (guards
+  with a dozen modulos) skipped ``S1(2, 1)`` at N = 4, and the AST check had accepted it
+  on its cheap half because the exact half ran out of budget. A parametric AST must now
+  pass the exact half, else the original order is compiled (SchedulerFallbackWarning).
 """
 
 from __future__ import annotations
 
 import islpy as isl
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import polycomp
 from polycomp import islutil as U
+from polycomp.scheduler.budget import SchedulerFallbackWarning
 from polycomp.fuzzing.harness import Case, Worker
 from polycomp.fuzzing.loopgen import ArgSpec, LoopCase
 
@@ -125,3 +132,34 @@ def test_pw_aff_bounds_match_enumeration(a, b, m, r, c, hi):
         assert lo.is_nan() and top.is_nan()
     else:
         assert (lo.to_python(), top.to_python()) == (min(values), max(values))
+
+
+SKEWED_STRIDED = """
+void kern(int N, double A[2 * N + 1][N + 1]) {
+  for (int i = 2; i < N - 1; i += 2) {
+    A[-i + N - 2][(i + 2) / 3] -= 9;
+    for (int j = 1; j < N - 1; j += 2) {
+      A[i + 2][j] -= (-A[2 * j + 2][j + 1]);
+    }
+  }
+}
+"""
+
+
+def _skewed_strided_reference(n: int, a: np.ndarray) -> None:
+    for i in range(2, n - 1, 2):
+        a[-i + n - 2][(i + 2) // 3] -= 9
+        for j in range(1, n - 1, 2):
+            a[i + 2][j] -= -a[2 * j + 2][j + 1]
+
+
+@pytest.mark.needs_cc
+def test_parametric_ast_past_the_exact_check_budget_is_not_trusted():
+    with pytest.warns(SchedulerFallbackWarning, match="exact check ran out"):
+        kernel = polycomp.compile_loops(SKEWED_STRIDED, tile_sizes=(5,), parametric=True)
+    for n in (4, 7, 10):
+        a = np.random.default_rng(n).integers(-20, 20, (2 * n + 1, n + 1)).astype(np.float64)
+        want = a.copy()
+        _skewed_strided_reference(n, want)
+        kernel(n, a)
+        np.testing.assert_array_equal(a, want)
