@@ -50,9 +50,9 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
 
     A parametric AST must pass the exact half of the check (every instance once) within
     verify.PARAMETRIC_EXACT_OPERATIONS, else CheckOutOfBudget; a specialised one whose
-    exact half exceeds verify.EXACT_OPERATIONS is accepted on the
-    cheap half (no instance outside the domain). That is a known gap: at LARGE it covers
-    cholesky, lu, fdtd-2d, heat-3d and jacobi-2d, whose exact check takes 10-80 s."""
+    exact half exceeds verify.EXACT_OPERATIONS is accepted on the cheap half (no
+    instance outside the domain). That is a known gap: at LARGE it covers cholesky, lu,
+    fdtd-2d, heat-3d and jacobi-2d."""
     configure_isl()
     domain = schedule.get_domain()
     compact = compaction(domain)
@@ -68,8 +68,7 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
             if exact or not program.params:
                 return node
             # a parametric AST whose exact check ran out of budget is not trusted: its
-            # tangled guards are where isl lost instances (fuzz case 5151:3535); the
-            # other builds are larger still
+            # tangled guards are where isl lost instances (fuzz case 5151:3535)
             raise CheckOutOfBudget(f"codegen: the exact check of the isl AST of "
                                    f"'{program.name}' took more than {budget} isl "
                                    f"operations")

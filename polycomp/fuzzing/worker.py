@@ -74,7 +74,6 @@ def run_case(case: Case, send) -> Outcome:
         got = oracle.copy_arguments(args)
         try:
             polycomp.set_num_threads(case.threads)
-            polycomp.set_dynamic(False)  # exactly case.threads, busy machine or not
             kernel = polycomp.compile_loops(program.source, program.function, **case.options)
             kernel(*got)
         except Exception as exc:  # noqa: BLE001 - every exception is classified
@@ -94,7 +93,6 @@ def run_case(case: Case, send) -> Outcome:
     send(("stage", "polycomp"))
     try:
         polycomp.set_num_threads(case.threads)
-        polycomp.set_dynamic(False)  # exactly case.threads, busy machine or not
         kernel = polycomp.compile(program.source, program.name, **case.options)
         returned = kernel(*[v for _, v in inputs])
     except Exception as exc:  # noqa: BLE001
@@ -112,6 +110,8 @@ def main() -> None:
         data = pickle.dumps(message)
         proto.write(struct.pack("<Q", len(data)) + data)
 
+    from polycomp.threads import set_dynamic
+    set_dynamic(False)  # every case runs on exactly case.threads, busy machine or not
     stdin = sys.stdin.buffer
     while True:
         head = stdin.read(8)
