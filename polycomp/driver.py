@@ -21,6 +21,7 @@ from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
 from .scheduler.budget import SchedulerFallbackWarning
+from .scheduler.expansion import expand_scalars
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
 from .scheduler.passes import run_passes
@@ -48,6 +49,8 @@ def schedule_program(program: Program, deps: Dependences, options: Options) -> i
 
 def compile_program(program: Program, options: Options) -> Compiled:
     program.validate()
+    if options.expand_scalars and options.scheduler != "none":
+        program = expand_scalars(program)
     deps = compute_dependences(program)
     schedule = schedule_program(program, deps, options)
     try:

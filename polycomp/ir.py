@@ -34,7 +34,9 @@ from . import islutil as U
 from .errors import (IntegerDivisionError, Location, OutOfBoundsError, PolycompError,
                      RangeInferenceError, UnknownNameError)
 
-ROLES = ("input", "output", "inout", "temporary")
+# scratch: an array the compiler introduced (scheduler/expansion.py); the generated code
+# allocates it, so it is no argument of the kernel
+ROLES = ("input", "output", "inout", "temporary", "scratch")
 dim = isl.dim_type
 
 

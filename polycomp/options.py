@@ -39,6 +39,10 @@ class Options:
     parallel_min_work
                 a loop inside serial loops becomes parallel only when each run of it has
                 at least this many statement instances (0: every dependence-free loop).
+    expand_scalars
+                give each live range of a local scalar its own array, expanded over
+                the loops around a reduction into it (scheduler/expansion.py), so that
+                schedulers other than "none" may reorder those loops.
     fusion      fusion heuristic for schedulers that fuse ("smart", "max", "typed", "none").
     partition   force fusion groups: tuples of statement names that share a band.
     tile        tile permutable bands (sizes from ``tile_sizes`` or the cache model).
@@ -58,6 +62,7 @@ class Options:
     parallel: bool = True
     # about 20 us of work against the few us it takes to start and join two threads
     parallel_min_work: int = 20000
+    expand_scalars: bool = True
     fusion: str = "smart"
     partition: tuple[tuple[str, ...], ...] | None = None
     tile: bool = True
@@ -75,7 +80,7 @@ class Options:
         _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("fusion", self.fusion, FUSIONS)
         for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
-                     "vectorize"):
+                     "vectorize", "expand_scalars"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"option '{name}' must be True or False, "
                                   f"not {getattr(self, name)!r}")

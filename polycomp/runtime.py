@@ -25,7 +25,7 @@ from .driver import Compiled, compile_program
 from .errors import (ArgumentError, CompilerError, IntegerDivisionError, InternalError,
                      PolycompError)
 from .ir import Interface, Program
-from .memory import aligned_empty, aligned_zeros
+from .memory import aligned_empty, aligned_zeros, check_buffer
 from .options import Options
 from .scheduler.dependences import Dependences
 from .threads import call_threads
@@ -41,7 +41,7 @@ SCALAR_CTYPES = {
 
 # entry return values (codegen/c.py STATUS): 0 done, 1 a gather index out of bounds,
 # 2 an integer division or modulo by zero or MIN / -1 (codegen/cexpr.py guards)
-STATUS_GATHER, STATUS_DIVISION = 1, 2
+STATUS_GATHER, STATUS_DIVISION, STATUS_NO_MEMORY = 1, 2, 3
 
 
 def scalar_value(value: object, dtype: str) -> object:
@@ -184,6 +184,10 @@ class Kernel:
             _check_context(self.name, program, bound.sizes)
         buffers: dict[str, np.ndarray] = {}
         for array in program.arrays:
+            if array.role == "scratch":  # the kernel allocates its own
+                check_buffer(array.extents(bound.sizes), array.dtype,
+                             f"the scratch array '{array.name}' of kernel '{self.name}'")
+                continue
             if array.name in bound.values:
                 buffers[array.name] = bound.values[array.name]  # type: ignore[assignment]
             else:
@@ -215,6 +219,9 @@ class Kernel:
             raise ArgumentError(f"kernel '{self.name}': a data-dependent index (gather) was out of "
                                 f"bounds; the out-of-bounds reads were skipped",
                                 hint="check the index tensor's values against the gathered extent")
+        if status == STATUS_NO_MEMORY:
+            raise ArgumentError(f"kernel '{self.name}': out of memory for its scratch arrays",
+                                hint="free memory, or call the kernel on smaller arrays")
         if status != 0:
             raise InternalError(f"kernel '{self.name}' returned status {status}")
         outputs = [buffers[name] for name in self.interface.outputs]
