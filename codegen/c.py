@@ -195,8 +195,10 @@ class _Emitter:
             if node.if_has_else_node():
                 other = self.emit(node.if_get_else_node())
                 # C gives an else to the nearest if: an unbraced then-branch ending in
-                # an if without else (`if (a) for (...) if (b) S; else T;`) would take it
-                if not isinstance(then, c.Block):
+                # an if without else (`if (a) for (...) if (b) S; else T;`) would take it.
+                # cgen's Collection (a pragma and its loop) is a Block subclass that
+                # prints no braces (fuzz case 7373:744), so test the exact type
+                if type(then) is not c.Block:
                     then = c.Block([then])
             return c.If(self._expr(node.if_get_cond()).code, then, other)
         if kind == node_type.block:

@@ -10,6 +10,11 @@ the fuzzer runs it: the C built by ``gcc -O0`` is the oracle, integers bit for b
   with a dozen modulos) skipped ``S1(2, 1)`` at N = 4, and the AST check had accepted it
   on its cheap half because the exact half ran out of budget. A parametric AST must now
   pass the exact half, else the original order is compiled (SchedulerFallbackWarning).
+* 7373:744 -- isl's schedule, parametric, tiled: the AST had ``if (a) { simd loop whose
+  body is if (b) S3 } else { ... S2 ... }``; the printer braces a then-branch before an
+  else unless it is a cgen Block, and cgen's Collection (the pragma with its loop) is a
+  Block subclass printed without braces, so C gave the else to ``if (b)`` and S2 ran
+  under the wrong guard. The emitter now tests the exact type.
 """
 
 from __future__ import annotations
@@ -163,3 +168,40 @@ def test_parametric_ast_past_the_exact_check_budget_is_not_trusted():
         _skewed_strided_reference(n, want)
         kernel(n, a)
         np.testing.assert_array_equal(a, want)
+
+
+FUZZ_7373_744 = """\
+void kern(int N, int M, int a0, long a1, unsigned long A[N + 11][2 * N + 10][N + 12], unsigned char B[12][2 * N + 3], signed char C[N + 7], unsigned D[N + 2 * M + 12][N + M + 8]) {
+  for (int i = 1; i < N + 2; i++) {
+    for (int j = N - 1 - 1; j >= 0; j -= 3) {
+      for (int k = 1; k <= N - 1 - 1; k++) {
+        for (int l = 4 + 2 - 1; l >= k + 1; l--) {
+          A[N - l + 5][2 * k - l + 6][-l + 5] *= ((-((long) B[-i + 6][(k + l + 2) % 2 + 1])) % 6);
+        }
+      }
+      for (int k = 0; k <= 4 - 1; k += 3) {
+        C[j - k + 3] -= (((-((unsigned char) A[j + 2 * k + 6][N - k + 3][j + 2 * k + 7])) + ((D[i + 6][j + 2 * k] % 4) * M))) % 1009;
+        for (int l = 1; l < M + 2; l += 2) {
+          C[(l + 1) % 2 + 5] -= ((((a1 - a0) * ((unsigned char) D[k - l + 6][2 * k + l])) + D[k + 2 * l + 6][l + 1])) % 7;
+        }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_else_after_a_simd_loop_keeps_its_if(worker):
+    n, m = 2, 0
+    args = [ArgSpec("N", "size", "int32", n), ArgSpec("M", "size", "int32", m),
+            ArgSpec("a0", "scalar", "int32", 0), ArgSpec("a1", "scalar", "int64", 0),
+            ArgSpec("A", "array", "uint64", shape=(n + 11, 2 * n + 10, n + 12)),
+            ArgSpec("B", "array", "uint8", shape=(12, 2 * n + 3)),
+            ArgSpec("C", "array", "int8", shape=(n + 7,)),
+            ArgSpec("D", "array", "uint32", shape=(n + 2 * m + 12, n + m + 8))]
+    program = LoopCase(FUZZ_7373_744, "kern", args, {"N": n, "M": m})
+    case = Case("loops", program, {"scheduler": "isl", "parametric": True}, threads=3,
+                seed=7373022863)
+    outcome = worker.run(case)
+    assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
