@@ -6,7 +6,10 @@ compiler is Options.cc, else $CC, else gcc. When the compiler is gcc, ``-fno-tre
 distribution`` follows the optimisation flags, the user's included: gcc 12.2's loop
 distribution moved a store above a load it feeds in polycomp's code (wrong results at
 -O3; reliability/gcc12_ldist_*.c), and a user asking for -O3 still wants right results.
-Only an explicit ``-ftree-loop-distribution`` among the user's flags keeps it on. Cache
+Only an explicit ``-ftree-loop-distribution`` among the user's flags keeps it on. Under
+Options.exact_fp, ``-ffp-contract=off`` comes last: whether gcc fuses a multiply and an
+add into an FMA depends on the shape of the loop around them, so two schedules of the
+same program would otherwise round differently. Cache
 file names are bounded: the entry name is cut to 64 characters (the key, a hash of the
 whole source, keeps them apart), as file systems refuse names over 255 bytes. The cache
 key hashes the source, the command line, the compiler's own version text and the CPU
@@ -50,6 +53,8 @@ def compiler_command(options: Options) -> tuple[list[str], list[str]]:
         raise CompilerError("the C compiler command is empty", hint="set CC to e.g. gcc")
     if is_gcc(tuple(compiler)) and "-ftree-loop-distribution" not in flags:
         flags += GCC_SAFETY_FLAGS
+    if options.exact_fp:
+        flags.append("-ffp-contract=off")
     return compiler, flags
 
 

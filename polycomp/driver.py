@@ -22,6 +22,7 @@ from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
 from .scheduler.budget import SchedulerFallbackWarning
 from .scheduler.expansion import expand_scalars
+from .scheduler.reductions import relax_reductions
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
 from .scheduler.passes import run_passes
@@ -51,7 +52,7 @@ def compile_program(program: Program, options: Options) -> Compiled:
     program.validate()
     if options.expand_scalars and options.scheduler != "none":
         program = expand_scalars(program)
-    deps = compute_dependences(program)
+    deps = relax_reductions(program, compute_dependences(program), options.exact_fp)
     schedule = schedule_program(program, deps, options)
     try:
         check_schedule(schedule, deps)

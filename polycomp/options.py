@@ -43,6 +43,10 @@ class Options:
                 give each live range of a local scalar its own array, expanded over
                 the loops around a reduction into it (scheduler/expansion.py), so that
                 schedulers other than "none" may reorder those loops.
+    exact_fp    keep every floating-point reduction in its original order (bit-for-bit
+                the unscheduled result); by default their loops may be reordered,
+                as TC and TVM do (scheduler/reductions.py). Integer reductions are
+                exact in any order.
     fusion      fusion heuristic for schedulers that fuse ("smart", "max", "typed", "none").
     partition   force fusion groups: tuples of statement names that share a band.
     tile        tile permutable bands (sizes from ``tile_sizes`` or the cache model).
@@ -63,6 +67,7 @@ class Options:
     # about 20 us of work against the few us it takes to start and join two threads
     parallel_min_work: int = 20000
     expand_scalars: bool = True
+    exact_fp: bool = False
     fusion: str = "smart"
     partition: tuple[tuple[str, ...], ...] | None = None
     tile: bool = True
@@ -80,7 +85,7 @@ class Options:
         _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("fusion", self.fusion, FUSIONS)
         for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
-                     "vectorize", "expand_scalars"):
+                     "vectorize", "expand_scalars", "exact_fp"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"option '{name}' must be True or False, "
                                   f"not {getattr(self, name)!r}")

@@ -36,10 +36,13 @@ from .budget import in_time_limit
 class Dependences:
     """Dependences between statement instances, all as isl union maps source -> sink.
 
-    flow     value-based read-after-write
-    anti     memory-based write-after-read
-    output   memory-based write-after-write
-    live_in  reads with no write before them (they read the kernel's inputs)
+    flow      value-based read-after-write
+    anti      memory-based write-after-read
+    output    memory-based write-after-write
+    live_in   reads with no write before them (they read the kernel's inputs)
+    reduction the accumulation chains of reductions whose order may change (None: no
+              such chain; set by scheduler/reductions.py, which also extends the other
+              three kinds to whole reductions)
     """
 
     domain: isl.UnionSet
@@ -47,17 +50,30 @@ class Dependences:
     anti: isl.UnionMap
     output: isl.UnionMap
     live_in: isl.UnionMap
+    reduction: isl.UnionMap | None = None
 
     def all(self) -> isl.UnionMap:
         """Every dependence that constrains a schedule (validity)."""
         return self.flow.union(self.anti).union(self.output)
 
+    def carried(self) -> isl.UnionMap:
+        """What a parallel or SIMD loop must not carry: validity plus the reductions'
+        chains (a loop that carries a chain needs the reduction emitted for it)."""
+        everything = self.all()
+        return everything if self.reduction is None else everything.union(self.reduction)
+
     def kinds(self) -> list[tuple[str, isl.UnionMap]]:
+        """The validity kinds, each of which a schedule must keep forward."""
         return [("flow", self.flow), ("anti", self.anti), ("output", self.output)]
+
+    def all_kinds(self) -> list[tuple[str, isl.UnionMap]]:
+        """The validity kinds and, if any, the reorderable reduction chains."""
+        chains = [] if self.reduction is None else [("reduction", self.reduction)]
+        return self.kinds() + chains
 
     def __str__(self) -> str:
         lines = []
-        for kind, deps in self.kinds():
+        for kind, deps in self.all_kinds():
             maps = U.maps_of(deps.coalesce())
             lines.append(f"{kind} ({len(maps)}):" if maps else f"{kind}: none")
             for m in sorted(maps, key=lambda m: (m.get_tuple_name(isl.dim_type.in_),

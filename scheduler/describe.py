@@ -86,7 +86,7 @@ def _band(node: isl.ScheduleNode, deps: Dependences, dims: dict[str, list[str]],
         coincident = "  (coincident)" if node.band_member_get_coincident(k) else ""
         out.append(f"  {k}: " + "; ".join(f"{name} {exprs[name]}" for name in names)
                    + coincident)
-        carried = [(kind, carried_by_member(node, k, relation)) for kind, relation in deps.kinds()]
+        carried = [(kind, carried_by_member(node, k, relation)) for kind, relation in deps.all_kinds()]
         out.append(f"     carries: {_pairs(carried) or 'nothing'}")
 
 
@@ -110,7 +110,7 @@ def _sequence_carried(node: isl.ScheduleNode, deps: Dependences) -> list[tuple[s
     same_outer = prefix.apply_range(prefix.reverse())
     same_child = _same_child(node, domain)
     return [(kind, relation.intersect_domain(domain).intersect_range(domain)
-             .intersect(same_outer).subtract(same_child)) for kind, relation in deps.kinds()]
+             .intersect(same_outer).subtract(same_child)) for kind, relation in deps.all_kinds()]
 
 
 def _same_child(node: isl.ScheduleNode, domain: isl.UnionSet) -> isl.UnionMap:

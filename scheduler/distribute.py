@@ -28,10 +28,15 @@ from .legality import is_parallel_member
 from .tiling import is_permutable, set_coincidence
 
 
-def distribute_parallel_bands(schedule: isl.Schedule, deps: isl.UnionMap) -> isl.Schedule:
+def distribute_parallel_bands(schedule: isl.Schedule, deps: isl.UnionMap,
+                              carried: isl.UnionMap | None = None) -> isl.Schedule:
+    """``deps``: validity; ``carried``: what a parallel member must not carry (default
+    ``deps``)."""
+    carried = deps if carried is None else carried
+
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if T.is_band(node):
-            moved = _distribute(node, deps)
+            moved = _distribute(node, deps, carried)
             if moved is not None:
                 node = moved
         for k in range(node.n_children()):
@@ -41,7 +46,8 @@ def distribute_parallel_bands(schedule: isl.Schedule, deps: isl.UnionMap) -> isl
     return go(schedule.get_root()).get_schedule()
 
 
-def _distribute(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.ScheduleNode | None:
+def _distribute(node: isl.ScheduleNode, deps: isl.UnionMap,
+                carried: isl.UnionMap) -> isl.ScheduleNode | None:
     """The sequence that replaces the band at ``node``, or None."""
     kinds = (isl.schedule_node_type.sequence, isl.schedule_node_type.set)
     if node.n_children() != 1 or node.child(0).get_type() not in kinds:
@@ -49,7 +55,7 @@ def _distribute(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.ScheduleNode 
     split = node.child(0)
     if not all(T.is_band(split.child(k).child(0)) for k in range(split.n_children())):
         return None
-    if not all(is_parallel_member(node, m, deps) for m in range(node.band_n_member())):
+    if not all(is_parallel_member(node, m, carried) for m in range(node.band_n_member())):
         return None
     outer = node.band_get_partial_schedule()
     joined = node.delete()  # now the sequence
@@ -61,6 +67,6 @@ def _distribute(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.ScheduleNode 
         candidate = band.delete().insert_partial_schedule(mupa).band_set_permutable(1)
         if not is_permutable(candidate, deps):
             return None
-        candidate = set_coincidence(candidate, deps)
+        candidate = set_coincidence(candidate, carried)
         joined = candidate.parent().parent()
     return joined

@@ -87,13 +87,16 @@ def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
                    options: Options) -> isl.Schedule:
     """Reorder, mark and unroll every innermost band (see the module doc)."""
     configure_isl()
-    relation = deps.all()
+    # simd and unroll-and-jam must not cut a reduction's chain (carried); distributing
+    # the innermost member needs only the order that validity asks for
+    relation, validity = deps.carried(), deps.all()
     enabled = options.vectorize or options.unroll >= 2
 
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if T.is_mark(node, MARK_POINT_BAND):
             node = node.delete()  # now the point band, or a parallel mark above it
-            return _optimize_points(node, program, relation, options) if enabled else node
+            return _optimize_points(node, program, relation, options,
+                                    validity) if enabled else node
         for k in range(node.n_children()):
             node = go(node.child(k)).parent()
         return node
@@ -103,18 +106,19 @@ def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
 
 
 def _optimize_points(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
-                     options: Options) -> isl.ScheduleNode:
+                     options: Options, validity: isl.UnionMap | None = None
+                     ) -> isl.ScheduleNode:
     """The innermost band of the chain of bands and parallel marks at ``node``."""
     if T.is_mark(node, T.MARK_PARALLEL):
-        return _optimize_points(node.child(0), program, deps, options).parent()
+        return _optimize_points(node.child(0), program, deps, options, validity).parent()
     if not T.is_band(node):
         return node
     if node.n_children() == 1 and (T.is_band(node.child(0))
                                    or T.is_mark(node.child(0), T.MARK_PARALLEL)):
-        return _optimize_points(node.child(0), program, deps, options).parent()
+        return _optimize_points(node.child(0), program, deps, options, validity).parent()
     if _has_band_below(node):
         return node
-    return optimize_band(node, program, deps, options)
+    return optimize_band(node, program, deps, options, validity)
 
 
 def separate_guards(schedule: isl.Schedule) -> isl.Schedule:
@@ -170,12 +174,14 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
 
 
 def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
-                  options: Options) -> isl.ScheduleNode:
-    """One innermost band rewritten; returns the node at the same position."""
+                  options: Options, validity: isl.UnionMap | None = None) -> isl.ScheduleNode:
+    """One innermost band rewritten; returns the node at the same position. ``deps``:
+    what a simd loop must not carry; ``validity``: what the order must keep (default
+    ``deps``)."""
     depth = node.get_tree_depth()
     plan = plan_band(node, program, deps, options)
     if (plan is None or not plan.simd) and options.vectorize:
-        distributed = distribute_innermost(node, program, deps)
+        distributed = distribute_innermost(node, program, deps, validity)
         if distributed is not None:
             return distributed
     if plan is None:
@@ -186,8 +192,8 @@ def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     return node
 
 
-def distribute_innermost(node: isl.ScheduleNode, program: Program,
-                         deps: isl.UnionMap) -> isl.ScheduleNode | None:
+def distribute_innermost(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
+                         validity: isl.UnionMap | None = None) -> isl.ScheduleNode | None:
     """When no member of a band over several statements can be the vector loop because
     the statements are fused with a shift (jacobi-1d's point band [t, 2t + i] over
     B[i] = f(A[i-1..i+1]); A[i] = f(B[i-1..i+1]), the second shifted by one: the inner
@@ -238,7 +244,8 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program,
     domain = top.get_domain()
     times = top.get_prefix_schedule_union_map().flat_range_product(
         top.get_subtree_schedule_union_map()).intersect_domain(domain)
-    local = deps.intersect_domain(domain).intersect_range(domain)
+    order = deps if validity is None else validity
+    local = order.intersect_domain(domain).intersect_range(domain)
     if not violated(times, local).is_empty():
         return None
     return top

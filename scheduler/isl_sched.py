@@ -1,9 +1,10 @@
 """The scheduler "isl": isl's own scheduler (a Pluto-like ILP in isl).
 
 Input: Program and Dependences. Output: an isl.Schedule whose bands isl marks permutable
-and coincident. Constraints: validity = every dependence; proximity = flow dependences
-(keep producers near consumers); coincidence = every dependence (coincident members are
-the parallel ones). Context options (outer coincidence, fusion across SCCs) are set in
+and coincident. Constraints: validity = every dependence (reduction chains excepted,
+scheduler/reductions.py); proximity = flow dependences and reduction chains (keep
+producers near consumers, partial sums near each other); coincidence = validity and the
+chains (coincident members are the parallel ones). Context options (outer coincidence, fusion across SCCs) are set in
 polycomp.options.configure_isl.
 
 A program specialised to sizes is scheduled in its parametric form (``Program.generic``)
@@ -38,6 +39,7 @@ from polycomp.options import Options, configure_isl
 
 from .budget import SchedulerFallbackWarning, in_time_limit
 from .dependences import Dependences, compute_dependences
+from .reductions import relax_reductions
 from .specialize import specialize_schedule
 
 # seconds isl's scheduler may take on one program (PolyBench's kernels take < 0.1 s)
@@ -50,7 +52,8 @@ def schedule_isl(program: Program, deps: Dependences, options: Options) -> isl.S
     generic = program.generic
     reason = ""
     if generic is not None:
-        generic_deps = _generic_dependences(generic)  # None: schedule the specialised one
+        # None: schedule the specialised one
+        generic_deps = _generic_dependences(generic, options.exact_fp)
         try:
             if generic_deps is not None:
                 schedule = _compute(generic, generic_deps)
@@ -77,34 +80,42 @@ def schedule_isl(program: Program, deps: Dependences, options: Options) -> isl.S
 _SEPARATOR = "\n;;\n"
 
 
-def _generic_dependences(generic: Program) -> tuple[isl.UnionMap, isl.UnionMap] | None:
-    """(validity, flow) of the parametric program, computed in a child process; None when
+Constraints = tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap]  # validity, coincidence, proximity
+
+
+def _constraints(deps: Dependences) -> Constraints:
+    chains = deps.carried().subtract(deps.all())
+    return deps.all(), deps.carried(), deps.flow.union(chains)
+
+
+def _generic_dependences(generic: Program, exact_fp: bool) -> Constraints | None:
+    """The constraints of the parametric program, computed in a child process; None when
     that takes more than DEPENDENCE_LIMIT or fails (the specialised program's dependences,
     which the caller has, are then used with the specialised program)."""
-    def both() -> str:
-        deps = compute_dependences(generic)
-        return str(deps.all()) + _SEPARATOR + str(deps.flow)
+    def constraints() -> str:
+        deps = relax_reductions(generic, compute_dependences(generic), exact_fp)
+        return _SEPARATOR.join(str(m) for m in _constraints(deps))
 
     try:
-        text = in_time_limit(both, DEPENDENCE_LIMIT)
+        text = in_time_limit(constraints, DEPENDENCE_LIMIT)
     except TimeoutError:
         return None
     if text is None:
         return None
-    validity, flow = text.split(_SEPARATOR)
-    return isl.UnionMap(validity), isl.UnionMap(flow)
+    validity, coincidence, proximity = text.split(_SEPARATOR)
+    return isl.UnionMap(validity), isl.UnionMap(coincidence), isl.UnionMap(proximity)
 
 
-def _compute(program: Program,
-             deps: Dependences | tuple[isl.UnionMap, isl.UnionMap]) -> isl.Schedule | None:
+def _compute(program: Program, deps: Dependences | Constraints) -> isl.Schedule | None:
     """isl's schedule, None when isl reports an error; TimeoutError past TIME_LIMIT.
-    ``deps``: the Dependences, or (validity, flow)."""
+    ``deps``: the Dependences, or (validity, coincidence, proximity)."""
     configure_isl()
-    validity, flow = (deps.all(), deps.flow) if isinstance(deps, Dependences) else deps
+    validity, coincidence, proximity = (_constraints(deps) if isinstance(deps, Dependences)
+                                        else deps)
     constraints = (isl.ScheduleConstraints.on_domain(program.domain())
                    .set_context(program.context)
                    .set_validity(validity)
-                   .set_coincidence(validity)
-                   .set_proximity(flow))
+                   .set_coincidence(coincidence)
+                   .set_proximity(proximity))
     text = in_time_limit(lambda: str(constraints.compute_schedule()), TIME_LIMIT)
     return None if text is None else isl.Schedule(text)

@@ -34,7 +34,7 @@ def mark_parallel(schedule: isl.Schedule, deps: Dependences, program: Program | 
                   min_work: int = 0) -> isl.Schedule:
     """The schedule with its parallel marks (see the module doc); without the ``program``,
     or with ``min_work`` 0, every dependence-free loop counts as worth a region."""
-    relation = deps.all()
+    relation = deps.carried()
 
     def visit(node: isl.ScheduleNode, inside: bool) -> tuple[isl.ScheduleNode, bool]:
         if inside:

@@ -41,6 +41,7 @@ from . import fusion
 from .dependences import Dependences
 from .farkas import Piece, Row, pieces_of
 from .distribute import distribute_parallel_bands
+from .tiling import set_coincidence
 from .pluto_ilp import Config, Solution, orthogonal_complement, rank, solve, solve_strict
 
 dim = isl.dim_type
@@ -75,8 +76,23 @@ def schedule_pluto(program: Program, deps: Dependences, options: Options,
     pluto = _Pluto(program, deps, options, config or Config())
     schedule = pluto.to_isl(pluto.run())
     if options.fusion == "smart" and options.partition is None:
-        schedule = distribute_parallel_bands(schedule, deps.all())
+        schedule = distribute_parallel_bands(schedule, deps.all(), deps.carried())
+    if deps.reduction is not None:
+        schedule = _exact_coincidence(schedule, deps.carried())
     return schedule
+
+
+def _exact_coincidence(schedule: isl.Schedule, carried: isl.UnionMap) -> isl.Schedule:
+    """The rows were found against validity only; a member that carries a reduction's
+    chain is not coincident (it may not run in parallel as it stands)."""
+    def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.band:
+            node = set_coincidence(node, carried)
+        for k in range(node.n_children()):
+            node = go(node.child(k)).parent()
+        return node
+
+    return go(schedule.get_root()).get_schedule()
 
 
 class _Pluto:

@@ -71,10 +71,12 @@ def tile_bands(schedule: isl.Schedule, program: Program, deps: Dependences,
                options: Options) -> isl.Schedule:
     """Tile every outermost permutable band of two or more loops (see the module doc)."""
     configure_isl()
-    relation = deps.all()
+    # permutability is about order (validity); coincidence and parallel members must
+    # also respect the reductions' chains (carried)
+    validity, relation = deps.all(), deps.carried()
 
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        if T.is_band(node) and _tileable(node, relation):
+        if T.is_band(node) and _tileable(node, validity):
             tiled = _tile(node, program, relation, options)
             if tiled is not None:
                 return tiled

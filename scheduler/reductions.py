@@ -1,0 +1,95 @@
+"""Reductions as reductions: Dependences -> Dependences, between the dependence analysis
+and the schedulers.
+
+The accumulation chain of a reduction statement (``C(m, n) +=! A(m, k) * B(k, n)``:
+S1[m, n, k] -> S1[m, n, k + 1] through C(m, n)) is, to the exact analysis, an ordinary
+flow, anti and output dependence. Kept as such it fixes the order of the reduction
+loops: conv's chain over (c, kh, kw) has distance (1, -2, -2) when kw wraps, and Pluto
+and isl skew the reduction loops to carry it. For ``+ * max min`` the order does not
+change the result (up to floating-point rounding), so Tensor Comprehensions and TVM
+reorder them freely; so does polycomp, by default:
+
+* the chains (dependences between instances of one relaxable reduction statement that
+  update the same element) leave the validity relations and become
+  ``Dependences.reduction``;
+* every other dependence that ends at (or starts from) an instance of such a
+  statement is extended to all instances updating the same element: the initialisation
+  must precede the whole reduction, and a consumer must follow all of it, not only its
+  first or last instance (as Polly's reduction modelling does). With ``E`` the relation
+  "same statement, same element" plus the identity: ``D' = E . D . E``;
+* schedulers and tiling then see validity = the extended relations, so reduction loops
+  permute, tile and interchange; parallel and SIMD marks are checked against validity
+  plus the chains (``Dependences.carried``), so no loop that carries a reduction runs
+  in parallel unless the code generator emits the reduction for it.
+
+A reduction statement is relaxable when its value does not read its own target array
+(other than the accumulation itself: reading other elements of a partly reduced array
+would see a different mix of partial sums), and, under ``Options.exact_fp``, when its
+type is an integer (integer + * max min give the same bits in any order, with the
+two's-complement wrap-around the hardware gives; float reductions then keep their
+order). The extension must keep every dependence forward in the original order (it
+does for TC's statements, each a whole loop nest); when it does not, nothing is relaxed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import islpy as isl
+
+from polycomp import expr as E
+from polycomp import islutil as U
+from polycomp.ir import Program, Statement
+
+from .dependences import Dependences
+from .legality import violated
+
+RELAXABLE = ("+", "*", "max", "min")
+
+
+def relaxable(program: Program, exact_fp: bool = False) -> list[Statement]:
+    """The reduction statements whose accumulation order may change."""
+    out = []
+    for s in program.statements:
+        if s.reduction not in RELAXABLE:
+            continue
+        if exact_fp and E.is_float(s.target.dtype):
+            continue
+        if any(a.array == s.target.array for a in E.accesses(s.expr)):
+            continue
+        out.append(s)
+    return out
+
+
+def same_element(statements: list[Statement]) -> isl.UnionMap:
+    """{ R[a] -> R[b] : R writes the same element at a and b } for each statement."""
+    out = []
+    for s in statements:
+        write = s.write.intersect_domain(s.domain)
+        out.append(write.apply_range(write.reverse()))
+    return U.union_map(out)
+
+
+def relax_reductions(program: Program, deps: Dependences, exact_fp: bool = False
+                     ) -> Dependences:
+    """``deps`` with the accumulation chains of the relaxable reductions moved to
+    ``reduction`` and every other dependence on them extended (see the module doc)."""
+    statements = relaxable(program, exact_fp)
+    if not statements:
+        return deps
+    same = same_element(statements)
+    star = same.union(deps.domain.identity())
+    chains = deps.all().intersect(same)
+    if chains.is_empty():
+        return deps
+
+    def extend(relation: isl.UnionMap) -> isl.UnionMap:
+        rest = relation.subtract(same)
+        return rest.apply_domain(star).apply_range(star)
+
+    flow, anti, output = extend(deps.flow), extend(deps.anti), extend(deps.output)
+    original = program.original_schedule.intersect_params(program.context)
+    for relation in (flow, anti, output):
+        if not violated(original, relation).is_empty():
+            return deps  # a statement between the updates of one element: keep the order
+    return replace(deps, flow=flow, anti=anti, output=output, reduction=chains)
