@@ -33,7 +33,8 @@ from polycomp.ir import Program
 from polycomp.options import configure_isl
 from polycomp.scheduler import tree as T
 
-from .verify import PARAMETRIC_EXACT_OPERATIONS, ASTRejected, CheckOutOfBudget, check_ast
+from .verify import (EXACT_SECONDS, PARAMETRIC_EXACT_OPERATIONS, ASTRejected,
+                     CheckOutOfBudget, check_ast)
 
 LOOP_MARKS = (T.MARK_PARALLEL, T.MARK_SIMD)
 
@@ -71,7 +72,7 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
             # tangled guards are where isl lost instances (fuzz case 5151:3535)
             raise CheckOutOfBudget(f"codegen: the exact check of the isl AST of "
                                    f"'{program.name}' took more than {budget} isl "
-                                   f"operations")
+                                   f"operations or {EXACT_SECONDS:g} s")
         except isl.Error as exc:
             failures.append(f"{attempt.__name__.strip('_')}: isl: {str(exc).splitlines()[0]}")
         except CheckOutOfBudget:

@@ -45,6 +45,8 @@ is declared before the region, so it is shared; its writes stay atomic.
 
 from __future__ import annotations
 
+import re
+
 import cgen as c
 import islpy as isl
 
@@ -66,6 +68,8 @@ PRELUDE = """#include <stdbool.h>
 #include <math.h>"""
 
 STATUS = "polycomp_status"
+# OpenMP reduction identifiers of the reductions a simd loop may accumulate
+REDUCTION_CLAUSE = {"+": "+", "*": "*", "max": "max", "min": "min"}
 STATUS_NO_MEMORY = 3  # a scratch array could not be allocated (polycomp/runtime.py)
 
 # The attribute of outlined parallel-loop bodies. noinline alone is not enough for gcc
@@ -157,6 +161,10 @@ class _Emitter:
         self.in_region = False
         self.in_parallel_loop = False  # in a parallel loop's body: never another region
         self.outline_arguments: tuple[CArgument, ...] = ()
+        # in a simd loop: its iterator, and target text -> (local, C type, reduction op)
+        self.vector_loop: str | None = None
+        self.accumulators: dict[str, tuple[str, str, str]] = {}
+        self.n_accumulators = 0
 
     def scratch_arrays(self, scratch: list) -> tuple[list[c.Generable], list[c.Generable]]:
         """Declarations of the kernel's scratch arrays (scheduler/expansion.py) and the
@@ -241,6 +249,42 @@ class _Emitter:
                      f"{it} += {self._expr(node.for_get_inc()).code}", body)
         return c.Collection([c.Pragma(pragma), loop]) if pragma else loop
 
+    def _vector_for(self, node: isl.AstNode, pragma: str) -> c.Generable:
+        """A simd loop. A reduction statement in its body whose target does not depend
+        on the loop's iterator is a reduction along the loop (scheduler/legality.py
+        vector_reduction_ok allowed the mark): its target is read into a local before
+        the loop, updated there under ``reduction(op: local)``, and stored after it."""
+        saved = self.vector_loop, self.accumulators
+        self.vector_loop = node.for_get_iterator().get_id().get_name()
+        self.accumulators = {}
+        try:
+            loop = self._for(node, pragma)
+            accumulators = self.accumulators
+        finally:
+            self.vector_loop, self.accumulators = saved
+        if not accumulators:
+            return loop
+        clauses = " ".join(f"reduction({REDUCTION_CLAUSE[op]}:{name})"
+                           for name, _, op in accumulators.values())
+        pragma_line, for_loop = loop.contents
+        return c.Block([c.Line(f"{ctype} {name} = {target};")
+                        for target, (name, ctype, _) in accumulators.items()]
+                       + [c.Pragma(f"{pragma} {clauses}"), for_loop]
+                       + [c.Statement(f"{target} = {name}")
+                          for target, (name, _, _) in accumulators.items()])
+
+    def accumulator(self, stmt: Statement, target: str) -> str:
+        """The local that accumulates ``target`` in the enclosing simd loop, or
+        ``target`` itself when the statement is no reduction along that loop."""
+        if (self.vector_loop is None or stmt.reduction not in REDUCTION_CLAUSE
+                or re.search(rf"\b{re.escape(self.vector_loop)}\b", target)):
+            return target
+        if target not in self.accumulators:
+            name = f"polycomp_acc{self.n_accumulators}"
+            self.n_accumulators += 1
+            self.accumulators[target] = (name, CTYPES[stmt.target.dtype], stmt.reduction)
+        return self.accumulators[target][0]
+
     def _outline(self, node: isl.AstNode) -> c.Generable:
         """``node`` as a static function of the enclosing iterators and the entry's
         arguments (restrict pointers), and the call that replaces it."""
@@ -272,6 +316,8 @@ class _Emitter:
             # a body without loops stays inline: a call per iteration would keep gcc from
             # vectorising the parallel loop (atax: one call per element of y)
             outline = name == T.MARK_PARALLEL and _has_loop(inner.for_get_body())
+            if name == T.MARK_SIMD:
+                return self._vector_for(inner, pragma)
             return self._for(inner, pragma, outline=outline)
         return self.emit(inner)  # a loop of one iteration: nothing to parallelise
 
@@ -366,7 +412,7 @@ def _statement(stmt: Statement, printer: ValuePrinter, emitter: _Emitter) -> c.G
             bound = emitter._extent(expression_builder(emitter.program), extent)
             checks.append(f"{name} < 0 || {name} >= {bound.at(ADD)}")
             printer.overrides[id(index)] = Text(name)
-    target = printer(stmt.target).code
+    target = emitter.accumulator(stmt, printer(stmt.target).code)
     value = printer(stmt.expr)
     dtype = stmt.target.dtype
     if stmt.reduction in ("+", "*"):

@@ -26,6 +26,7 @@ import islpy as isl
 
 from polycomp import islutil as U
 from polycomp.errors import InternalError
+from polycomp.scheduler.budget import call_in_time_limit
 
 node_type = isl.ast_node_type
 op = isl.ast_expr_op_type
@@ -241,6 +242,9 @@ EXACT_OPERATIONS = 2_000_000
 # A parametric AST is trusted only once its exact half has passed (codegen/ast.py), so
 # it gets more: isl's tiled parametric matmul needs about 20M (a few seconds)
 PARAMETRIC_EXACT_OPERATIONS = 32_000_000
+# seconds the exact half may take whatever its operation count (tiled parametric matmul:
+# a few seconds)
+EXACT_SECONDS = 20.0
 
 
 def check_ast(node: isl.AstNode, domain: isl.UnionSet, params: tuple[str, ...],
@@ -271,7 +275,16 @@ def check_ast(node: isl.AstNode, domain: isl.UnionSet, params: tuple[str, ...],
         _check_exact(maps, parts, what)
         return True
 
-    return bool(U.within_operations(exact_budget or EXACT_OPERATIONS, exact))
+    # isl's operation count does not bound every operation's time (fuzz case 8484:190:
+    # one subset test of a parametric nest ran for minutes within its budget), so the
+    # exact half runs in a child process under a time limit as well
+    budget = exact_budget or EXACT_OPERATIONS
+    try:
+        done = call_in_time_limit(lambda: bool(U.within_operations(budget, exact)),
+                                  EXACT_SECONDS)
+    except TimeoutError:
+        return False
+    return bool(done)
 
 
 def _check_exact(maps: list[isl.Map], parts: dict[str, isl.Set], what: str) -> None:

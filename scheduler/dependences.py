@@ -43,6 +43,8 @@ class Dependences:
     reduction the accumulation chains of reductions whose order may change (None: no
               such chain; set by scheduler/reductions.py, which also extends the other
               three kinds to whole reductions)
+    reduction_elements
+              for those statements, every pair of instances that update the same element
     """
 
     domain: isl.UnionSet
@@ -51,6 +53,7 @@ class Dependences:
     output: isl.UnionMap
     live_in: isl.UnionMap
     reduction: isl.UnionMap | None = None
+    reduction_elements: isl.UnionMap | None = None
 
     def all(self) -> isl.UnionMap:
         """Every dependence that constrains a schedule (validity)."""

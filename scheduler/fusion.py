@@ -14,7 +14,11 @@ Modes (``Options.fusion``):
     max    fuse greedily while the common hyperplane exists
     smart  Pluto's default: cut between SCCs of different dimensionality; fuse SCCs of the
            same dimensionality that share data (an array) when the hyperplane exists and
-           does not lose an outermost parallel loop that a part has on its own
+           does not lose an outermost parallel loop that a part has on its own. A
+           reorderable reduction (scheduler/reductions.py) and its neighbours are the
+           exception: outermost, they fuse across dimensionalities when they share data
+           and a parallel hyperplane (softmax's max, exp, sum and divide under (b, m),
+           one parallel loop instead of one per statement)
     typed  fuse only where no parallelism is lost: both parts have an outer coincident
            hyperplane and so does the fused one, or neither has one
     none   every SCC on its own
@@ -52,6 +56,7 @@ class StatementFacts:
     index: int
     dim: int
     arrays: frozenset[str]
+    reduction: bool = False  # a reduction whose order may change
 
 
 Solve = Callable[[Sequence[str]], "Solution | None"]
@@ -195,6 +200,8 @@ def _accept_max(current, candidate, facts, solve) -> bool:
 
 
 def _accept_smart(current, candidate, facts, solve) -> bool:
+    if _shares_reduction_loops(current, candidate, facts, solve):
+        return True
     if not _accept_smart_inner(current, candidate, facts, solve):
         return False
     # outermost, never trade a part's parallel loop for locality (atax: tmp's rows and
@@ -207,6 +214,20 @@ def _accept_smart(current, candidate, facts, solve) -> bool:
         return True
     alone = [solve(_flat(current)), solve(candidate)]
     return not any(s is not None and s.coincident for s in alone)
+
+
+def _shares_reduction_loops(current, candidate, facts, solve) -> bool:
+    """A memory-bound chain around a reduction: one side reduces, both share an array,
+    and together they have an outer parallel hyperplane that neither loses."""
+    names = _flat(current) + list(candidate)
+    if not any(facts[n].reduction for n in names):
+        return False
+    arrays = frozenset().union(*(facts[n].arrays for n in _flat(current)))
+    # an initialisation (it touches only the array it writes) joins the chain it starts
+    if not any(facts[n].arrays & arrays or len(facts[n].arrays) == 1 for n in candidate):
+        return False
+    fused = solve(names)
+    return fused is not None and fused.coincident
 
 
 def _accept_smart_inner(current, candidate, facts, solve) -> bool:

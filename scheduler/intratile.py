@@ -52,6 +52,7 @@ the options.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import islpy as isl
@@ -63,12 +64,15 @@ from polycomp.options import Options, configure_isl
 from . import cache_model as CM
 from . import tree as T
 from .dependences import Dependences
-from .legality import carried_by_member, violated
+from .legality import carried_by_member, vector_reduction_ok, violated
 from .tiling import MARK_POINT_BAND, band_extents, replace_band
 
 # at most this many statement copies in one unrolled register tile (Options.unroll is
 # clamped to it: the C text and gcc's time grow with the copies)
 MAX_UNROLLED_COPIES = 256
+
+# may member k of this band be the simd loop? (legality.vector_reduction_ok)
+VectorTest = Callable[[isl.ScheduleNode, int], bool]
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,23 @@ def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
     # the innermost member needs only the order that validity asks for
     relation, validity = deps.carried(), deps.all()
     enabled = options.vectorize or options.unroll >= 2
+    vector = lambda band, k: vector_reduction_ok(band, k, deps)  # noqa: E731
+
+    # Programs with reorderable reductions (TC, from_isl) also get their untiled
+    # innermost loops planned: fusion leaves a chain such as softmax's as one loop per
+    # statement under the shared parallel loops, and gcc vectorises neither a float
+    # reduction nor a call to expf there by itself. C loop nests have no such
+    # reductions, and their untiled loops stay as gcc would take them.
+    leaves = enabled and deps.reduction is not None
 
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if T.is_mark(node, MARK_POINT_BAND):
             node = node.delete()  # now the point band, or a parallel mark above it
             return _optimize_points(node, program, relation, options,
-                                    validity) if enabled else node
+                                    validity, vector) if enabled else node
+        if leaves and T.is_band(node) and not _has_band_below(node) and not any(
+                T.is_mark(n, T.MARK_SIMD) for n in T.subtree(node)):
+            return optimize_band(node, program, relation, options, validity, vector)
         for k in range(node.n_children()):
             node = go(node.child(k)).parent()
         return node
@@ -106,19 +121,21 @@ def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
 
 
 def _optimize_points(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
-                     options: Options, validity: isl.UnionMap | None = None
-                     ) -> isl.ScheduleNode:
+                     options: Options, validity: isl.UnionMap | None = None,
+                     vector: VectorTest | None = None) -> isl.ScheduleNode:
     """The innermost band of the chain of bands and parallel marks at ``node``."""
     if T.is_mark(node, T.MARK_PARALLEL):
-        return _optimize_points(node.child(0), program, deps, options, validity).parent()
+        return _optimize_points(node.child(0), program, deps, options, validity,
+                                vector).parent()
     if not T.is_band(node):
         return node
     if node.n_children() == 1 and (T.is_band(node.child(0))
                                    or T.is_mark(node.child(0), T.MARK_PARALLEL)):
-        return _optimize_points(node.child(0), program, deps, options, validity).parent()
+        return _optimize_points(node.child(0), program, deps, options, validity,
+                                vector).parent()
     if _has_band_below(node):
         return node
-    return optimize_band(node, program, deps, options, validity)
+    return optimize_band(node, program, deps, options, validity, vector)
 
 
 def separate_guards(schedule: isl.Schedule) -> isl.Schedule:
@@ -174,12 +191,14 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
 
 
 def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
-                  options: Options, validity: isl.UnionMap | None = None) -> isl.ScheduleNode:
+                  options: Options, validity: isl.UnionMap | None = None,
+                  vector: VectorTest | None = None) -> isl.ScheduleNode:
     """One innermost band rewritten; returns the node at the same position. ``deps``:
-    what a simd loop must not carry; ``validity``: what the order must keep (default
-    ``deps``)."""
+    what a loop must not carry to be reordered or unrolled; ``validity``: what the
+    order must keep (default ``deps``); ``vector(band, k)``: may member k be the simd
+    loop (default: it carries nothing in ``deps``)."""
     depth = node.get_tree_depth()
-    plan = plan_band(node, program, deps, options)
+    plan = plan_band(node, program, deps, options, vector)
     if (plan is None or not plan.simd) and options.vectorize:
         distributed = distribute_innermost(node, program, deps, validity)
         if distributed is not None:
@@ -252,7 +271,7 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program, deps: isl.Uni
 
 
 def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
-              options: Options) -> Plan | None:
+              options: Options, vector: VectorTest | None = None) -> Plan | None:
     n = node.band_n_member()
     pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
     extents = band_extents(node)
@@ -271,7 +290,7 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     choice = None
     for c in ranked:
         plan = Plan(rest(c) if permutable else tuple(range(c)), c, (), 1, True)
-        if _simd_legal(node, plan, deps, permutable):
+        if _simd_legal(node, plan, deps, permutable, vector):
             choice = plan
             break
     if choice is None or (CM.strided(refs, choice.innermost) and not CM.strided(refs, ranked[0])):
@@ -282,7 +301,8 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     if not options.vectorize:
         choice = Plan(choice.outer, choice.innermost, (), 1, False)
     if options.unroll >= 2 and permutable:
-        choice = _add_unroll(node, choice, refs, extents, loops, deps, options.unroll)
+        choice = _add_unroll(node, choice, refs, extents, loops, deps, options.unroll,
+                             vector)
     if not choice.simd and not choice.unrolled and not permutable:
         return None
     return choice
@@ -296,7 +316,7 @@ def _vector_rank(refs: list[CM.Reference], m: int) -> tuple:
 
 def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],
                 extents: list[int | None], loops: list[int], deps: isl.UnionMap,
-                factor: int) -> Plan:
+                factor: int, vector: VectorTest | None = None) -> Plan:
     c = plan.innermost
     chosen = tuple(sorted(CM.unroll_candidates(refs, c, loops, extents, factor)))
     # the copies isl writes: factor ** members per statement of the band. unroll=64 on
@@ -309,19 +329,21 @@ def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],
         factor //= 2
     while chosen:
         candidate = Plan(plan.outer, c, chosen, factor, plan.simd)
-        if not plan.simd or _simd_legal(node, candidate, deps, True):
+        if not plan.simd or _simd_legal(node, candidate, deps, True, vector):
             return candidate
         chosen = chosen[:-1]
     return plan
 
 
 def _simd_legal(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
-                permutable: bool) -> bool:
-    """The innermost member of the planned band carries no dependence."""
+                permutable: bool, vector: VectorTest | None = None) -> bool:
+    """The innermost member of the planned band may be a simd loop: it carries no
+    dependence, or only reductions along it (``vector``)."""
+    test = vector or (lambda band, k: carried_by_member(band, k, deps).is_empty())
     if not permutable and not plan.unrolled:
-        return carried_by_member(node, plan.innermost, deps).is_empty()
+        return test(node, plan.innermost)
     band = replace_band(node, plan_schedule(node, plan), deps, permutable)
-    return carried_by_member(band, len(plan.outer), deps).is_empty()
+    return test(band, len(plan.outer))
 
 
 def plan_schedule(node: isl.ScheduleNode, plan: Plan) -> isl.MultiUnionPwAff:

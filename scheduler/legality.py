@@ -55,6 +55,37 @@ def is_parallel_member(node: isl.ScheduleNode, k: int, deps: isl.UnionMap) -> bo
     return carried_by_member(node, k, deps).is_empty()
 
 
+def vector_reduction_ok(node: isl.ScheduleNode, k: int, deps: Dependences) -> bool:
+    """May member ``k`` of the band at ``node`` be a SIMD loop? It carries no validity
+    dependence, and every reduction chain it carries is a reduction *along* it: the
+    instances of a statement that differ only in member k (same schedule above, in the
+    band's other members and below the band) update one element, so the code generator
+    can accumulate them in a private variable (``#pragma omp simd reduction``)."""
+    if not carried_by_member(node, k, deps.all()).is_empty():
+        return False
+    if deps.reduction is None:
+        return True
+    carried = carried_by_member(node, k, deps.reduction)
+    if carried.is_empty():
+        return True
+    domain = node.get_domain()
+    key = node.get_prefix_schedule_union_map().intersect_domain(domain)
+    for m in range(node.band_n_member()):
+        if m != k:
+            key = key.flat_range_product(T.member_union_map(node, m).intersect_domain(domain))
+    if node.n_children() == 1:
+        below = node.child(0).get_subtree_schedule_union_map().intersect_domain(domain)
+        if not below.is_empty():
+            key = key.flat_range_product(below)
+    same_run = key.apply_range(key.reverse())
+    for statement in U.sets_of(carried.domain()):
+        own = isl.UnionSet.from_set(statement)
+        pairs = same_run.intersect_domain(own).intersect_range(own)
+        if not pairs.is_subset(deps.reduction_elements):
+            return False
+    return True
+
+
 def scheduled_domain(schedule: isl.Schedule) -> isl.UnionSet:
     """The instances the tree schedules: those that reach a leaf through its filters, less
     any that a band on the way does not map. (``get_map().domain()`` is the same set, but
@@ -87,7 +118,9 @@ def check_schedule(schedule: isl.Schedule, deps: Dependences) -> None:
                 f"the schedule breaks a {kind} dependence: {example} "
                 f"(the source does not run before the sink)",
                 hint="choose a transformation that keeps every dependence going forward")
-    everything = deps.carried()  # a marked loop must not carry a reduction's chain either
+    # a parallel loop must not carry a reduction's chain either; a simd loop may carry
+    # reductions along it, which the code generator accumulates per lane
+    everything = deps.carried()
     for node in T.nodes(schedule):
         for mark in (T.MARK_PARALLEL, T.MARK_SIMD):
             if T.is_mark(node, mark):
@@ -96,6 +129,8 @@ def check_schedule(schedule: isl.Schedule, deps: Dependences) -> None:
                     band = band.child(0)
                 if not T.is_band(band):
                     raise IllegalScheduleError(f"mark '{mark}' is not above a band")
+                if mark == T.MARK_SIMD and vector_reduction_ok(band, 0, deps):
+                    continue
                 carried = carried_by_member(band, 0, everything)
                 if not carried.is_empty():
                     example = U.maps_of(carried.coalesce())[0]

@@ -102,15 +102,23 @@ class _Pluto:
         self.options = options
         self.config = config
         self.params = list(program.params)
+        reorderable = self._reorderable()
         self.facts = {s.name: fusion.StatementFacts(
             s.name, k, len(s.iterators),
             frozenset([s.write.get_tuple_name(dim.out)]
-                      + [r.get_tuple_name(dim.out) for r in s.reads]))
+                      + [r.get_tuple_name(dim.out) for r in s.reads]),
+            s.name in reorderable)
             for k, s in enumerate(program.statements)}
         self.names = [s.name for s in program.statements]
         self.memo: dict[tuple, Solution | None] = {}
         self.feautrier_rows = 0
         self.n_sizes = 0
+
+    def _reorderable(self) -> set[str]:
+        """The statements whose accumulation chains the dependences set apart."""
+        if self.deps.reduction is None:
+            return set()
+        return {m.get_tuple_name(dim.in_) for m in U.maps_of(self.deps.reduction)}
 
     # ------------------------------------------------------------------ top level
     def run(self) -> Node:

@@ -92,4 +92,6 @@ def relax_reductions(program: Program, deps: Dependences, exact_fp: bool = False
     for relation in (flow, anti, output):
         if not violated(original, relation).is_empty():
             return deps  # a statement between the updates of one element: keep the order
-    return replace(deps, flow=flow, anti=anti, output=output, reduction=chains)
+    return replace(deps, flow=flow, anti=anti, output=output, reduction=chains,
+                   reduction_elements=same)
+

@@ -15,6 +15,12 @@
   ``SCHEDULE_LIMIT`` (then the original order, with a SchedulerFallbackWarning). Here
   they run in this process with tiny limits, so that the fallbacks are what is tested.
 
+* 8484:190, 8484:547 (schedulers "isl" and "pluto", parametric): the exact half of the AST check
+  (codegen/verify.py) ran for minutes inside its isl operation budget (one subset test
+  whose operations isl does not count as pivots). It now runs in a child under
+  ``EXACT_SECONDS`` too; past it the AST is not trusted and the original order is
+  compiled, with a SchedulerFallbackWarning.
+
 The cases run as the fuzzer runs them (a worker process; gcc -O0 is the oracle). The
 structural test checks, without timing anything, that the generic dependence analysis
 never runs unbounded in the compiling process.
@@ -33,6 +39,7 @@ import polycomp
 from polycomp.fuzzing.campaign import case_at
 import polycomp.scheduler as scheduler_package
 from polycomp.fuzzing.worker import run_case
+from polycomp.codegen import verify
 from polycomp.scheduler import dependences, isl_sched, pluto
 from polycomp.scheduler.budget import SchedulerFallbackWarning
 
@@ -52,6 +59,8 @@ BOUNDED_SOURCES = {
     (77, 905): "void kern(int N, int M, short A[N + M + 3], unsigned B[2 * N + M + 11]",
     (77, 1605): "void kern(int N, unsigned A[3 * N + 4], unsigned long B[4 * N + 5]",
     (4242, 849): "void kern(int N, int M, int a0, long a1, int A[2 * N + M + 8]",
+    (8484, 190): "void kern(int N, int M, int a0, long a1, unsigned A[N + 1], int B[2 * N",
+    (8484, 547): "void kern(int N, long A[N + 13], long B[N + 5], short C[N + 10][N + 8]",
 }
 
 
@@ -68,6 +77,7 @@ def fuzz_case(n: int, seed: int = 77):
 def test_slow_analysis_and_scheduling_fall_back_and_agree_with_gcc_O0(monkeypatch, seed, n):
     monkeypatch.setattr(dependences, "EXACT_LIMIT", 0.3)
     monkeypatch.setattr(scheduler_package, "SCHEDULE_LIMIT", 0.5)
+    monkeypatch.setattr(verify, "EXACT_SECONDS", 1.0)
     case = fuzz_case(n, seed)
     start = time.monotonic()
     with warnings.catch_warnings():
