@@ -165,3 +165,80 @@ def test_conv_keeps_its_reduction_loops_unskewed_and_vectorises_x():
     assert members >= 6
     variant = polycomp.compile(CONV).specialize(sizes)
     assert "#pragma omp simd" in variant.compiled.source.text
+
+
+SOFTMAX = """
+def softmax(float(B, M, N) X) -> (Y) {
+    mx(b, m) max=! X(b, m, n)
+    e(b, m, n) = exp(X(b, m, n) - mx(b, m))
+    s(b, m) +=! e(b, m, n)
+    Y(b, m, n) = e(b, m, n) / s(b, m)
+}
+"""
+LAYERNORM = """
+def layernorm(float(N, D) X, float(D) gamma, float(D) beta) -> (Y) {
+    mean(n) +=! X(n, d) / float(D)
+    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / float(D)
+    Y(n, d) = gamma(d) * (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) + beta(d)
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_softmax_is_one_parallel_loop_with_vector_reductions():
+    """Schedule quality: the max, exp, sum and divide share one parallel loop (one
+    region, not one per statement), and the row reductions are simd reductions."""
+    x = np.random.default_rng(4).standard_normal((3, 8, 40)).astype(np.float32)
+    kernel = polycomp.compile(SOFTMAX, parallel_min_work=0)
+    got = kernel(x)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    source = kernel.c_source
+    assert source.count("#pragma omp parallel") == 1, source
+    assert "reduction(max:" in source and "reduction(+:" in source, source
+
+
+@pytest.mark.needs_cc
+def test_layernorm_is_one_parallel_loop_with_vector_reductions():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 96)).astype(np.float32)
+    g, b = rng.random(96, dtype=np.float32), rng.random(96, dtype=np.float32)
+    kernel = polycomp.compile(LAYERNORM, parallel_min_work=0)
+    mu = x.mean(axis=-1, keepdims=True)
+    want = g * (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + 1e-5) + b
+    np.testing.assert_allclose(kernel(x, g, b), want, rtol=1e-4, atol=1e-5)
+    source = kernel.c_source
+    assert source.count("#pragma omp parallel") == 1, source
+    assert source.count("reduction(+:") == 2, source
+
+
+@pytest.mark.needs_cc
+def test_exact_fp_keeps_reductions_scalar_and_bit_exact():
+    x = np.random.default_rng(6).standard_normal((2, 5, 33)).astype(np.float32)
+    exact = polycomp.compile(SOFTMAX, exact_fp=True, parallel_min_work=0)
+    assert "reduction(" not in exact.specialize({"B": 2, "M": 5, "N": 33}).compiled.source.text
+    original = polycomp.compile(SOFTMAX, scheduler="none", exact_fp=True)
+    assert np.array_equal(exact(x), original(x))
+
+
+@pytest.mark.needs_cc
+def test_a_simd_mark_on_a_reduction_loop_accumulates_per_lane():
+    """A hand-written tree with the simd mark on k (the reduction loop of matmul) is
+    legal: codegen keeps C(m, n) in a local reduced across the lanes."""
+    tree = """domain: "{ S0[m, n]; S1[m, n, k] }"
+child:
+  sequence:
+  - filter: "{ S0[m, n] }"
+  - filter: "{ S1[m, n, k] }"
+    child:
+      schedule: "[{ S1[m, n, k] -> [(m)] }, { S1[m, n, k] -> [(n)] }]"
+      child:
+        mark: "omp_simd"
+        child:
+          schedule: "[{ S1[m, n, k] -> [(k)] }]"
+"""
+    rng = np.random.default_rng(7)
+    a, b = rng.random((5, 37), dtype=np.float32), rng.random((37, 6), dtype=np.float32)
+    kernel = polycomp.compile(MATMUL, scheduler="custom", schedule=tree)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-5)
+    assert "reduction(+:" in kernel.c_source
