@@ -13,7 +13,7 @@ import ctypes
 import functools
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import islpy as isl
@@ -100,6 +100,23 @@ def load(compiled: Compiled, options: Options) -> ctypes._CFuncPtr:  # type: ign
     return function
 
 
+@dataclass(eq=False)
+class CallPlan:
+    """How to call one variant for one set of sizes (Kernel._plan).
+
+    allocate           (name, shape, dtype, zeroed) of the arrays each call returns
+    temporaries        (name, shape, dtype) of the arrays no caller sees
+    arguments          (kind, name, dtype) of the entry's C arguments, in order
+    spare_temporaries  sets of temporary buffers not in use, for the next call
+    """
+
+    variant: Variant
+    allocate: tuple[tuple[str, tuple[int, ...], str, bool], ...]
+    temporaries: tuple[tuple[str, tuple[int, ...], str], ...]
+    arguments: tuple[tuple[str, str, str], ...]
+    spare_temporaries: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+
 class Kernel:
     """A compiled tensor program, callable on numpy arrays.
 
@@ -115,6 +132,7 @@ class Kernel:
         self.name = definition.name
         self.interface = definition.interface
         self._variants: dict[tuple[tuple[str, int], ...], Variant] = {}
+        self._plans: dict[tuple[tuple[str, int], ...], CallPlan] = {}
         self._last: Compiled | None = None
         self._parametric: Compiled | None = None
 
@@ -176,37 +194,69 @@ class Kernel:
         return kernel
 
     # ------------------------------------------------------------------ calling
-    def __call__(self, *args: object) -> object:
-        bound = arguments.bind(self.name, self.interface, args)
-        variant = self.specialize(bound.sizes)
+    def _plan(self, sizes: Mapping[str, int]) -> CallPlan:
+        """The per-size-set plan of a call (cached): the variant, the buffers to allocate
+        and the C argument order. Extents come from isl once per size set, not per call."""
+        key = tuple(sorted(sizes.items()))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        variant = self.specialize(sizes)
         program = variant.compiled.program
         if self.options.parametric:
-            _check_context(self.name, program, bound.sizes)
-        buffers: dict[str, np.ndarray] = {}
+            _check_context(self.name, program, sizes)
+        allocate: list[tuple[str, tuple[int, ...], str, bool]] = []
+        temporaries: list[tuple[str, tuple[int, ...], str]] = []
+        outputs = set(self.interface.outputs)
         for array in program.arrays:
+            shape = array.extents(sizes)
             if array.role == "scratch":  # the kernel allocates its own
-                check_buffer(array.extents(bound.sizes), array.dtype,
+                check_buffer(shape, array.dtype,
                              f"the scratch array '{array.name}' of kernel '{self.name}'")
-                continue
-            if array.name in bound.values:
-                buffers[array.name] = bound.values[array.name]  # type: ignore[assignment]
-            else:
-                shape = array.extents(bound.sizes)
-                make = aligned_zeros if array.role == "output" else aligned_empty
-                buffers[array.name] = make(shape, dtype=array.dtype)
+            elif array.role == "temporary" and array.name not in outputs:
+                temporaries.append((array.name, shape, array.dtype))
+            elif array.role in ("output", "temporary"):
+                allocate.append((array.name, shape, array.dtype, array.role == "output"))
+        plan = CallPlan(variant, tuple(allocate), tuple(temporaries),
+                        tuple((a.kind, a.name, a.dtype)
+                              for a in variant.compiled.source.arguments))
+        self._plans[key] = plan
+        return plan
+
+    def __call__(self, *args: object) -> object:
+        bound = arguments.bind(self.name, self.interface, args)
+        plan = self._plan(bound.sizes)
+        variant = plan.variant
+        self._last = variant.compiled
+        buffers: dict[str, np.ndarray] = {}
+        for name, value in bound.values.items():
+            if isinstance(value, np.ndarray):
+                buffers[name] = value
+        for name, shape, dtype, zero in plan.allocate:
+            if name not in buffers:
+                buffers[name] = (aligned_zeros if zero else aligned_empty)(shape, dtype)
+        # temporaries no caller sees: reused across calls; a set in use by another thread
+        # (ctypes releases the GIL) is not on the free list, so that call gets its own
+        spare = plan.spare_temporaries.pop() if plan.spare_temporaries else None
+        if spare is None:
+            spare = {name: aligned_empty(shape, dtype) for name, shape, dtype in plan.temporaries}
+        buffers.update(spare)
         call_args: list[object] = []
-        for arg in variant.compiled.source.arguments:
-            if arg.kind == "size":
-                call_args.append(bound.sizes[arg.name])
-            elif arg.kind == "scalar":
-                call_args.append(scalar_value(bound.values[arg.name], arg.dtype))
+        for kind, name, dtype in plan.arguments:
+            if kind == "size":
+                call_args.append(bound.sizes[name])
+            elif kind == "scalar":
+                call_args.append(scalar_value(bound.values[name], dtype))
             else:
-                call_args.append(buffers[arg.name].ctypes.data)
-        if variant.parallel:
-            with call_threads():
+                call_args.append(buffers[name].ctypes.data)
+        try:
+            if variant.parallel:
+                with call_threads():
+                    status = variant.function(*call_args)
+            else:
                 status = variant.function(*call_args)
-        else:
-            status = variant.function(*call_args)
+        finally:
+            plan.spare_temporaries.append(spare)
         for original, copy in bound.write_back:
             original[...] = copy
         if status == STATUS_DIVISION:

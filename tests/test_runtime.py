@@ -132,3 +132,49 @@ def test_outputs_and_temporaries_are_cache_line_aligned():
     a = np.ones((5, 3), np.float32)
     c = kernel(a, a.T.copy())
     assert is_aligned(c) and np.array_equal(c, np.full((5, 5), 3, np.float32))
+
+
+# ----------------------------------------------------------------------------- call plans
+
+TWO_STAGE = """def two(float(N) A, float(N) C) -> (B) {
+    T(i) = A(i) * 2
+    B(i) = T(i) + C(i)
+}"""
+
+
+@pytest.mark.needs_cc
+def test_a_second_call_with_the_same_sizes_asks_isl_nothing(monkeypatch):
+    """The extents of outputs and temporaries are computed once per size set (a call
+    used to evaluate them with isl each time: most of its 25 us)."""
+    from polycomp import islutil
+    kernel = polycomp.compile(TWO_STAGE)
+    a, c = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+    kernel(a, c)
+    calls = []
+    real = islutil.pw_aff_value
+    monkeypatch.setattr(islutil, "pw_aff_value", lambda *x: calls.append(x) or real(*x))
+    assert np.array_equal(kernel(a, c), a * 2 + c)
+    assert calls == []
+    kernel(np.ones(5, np.float32), np.ones(5, np.float32))  # a new size set: planned anew
+    assert calls
+
+
+@pytest.mark.needs_cc
+def test_reused_temporaries_are_not_shared_by_concurrent_calls():
+    import threading
+    kernel = polycomp.compile(TWO_STAGE)
+    n = 200_000
+    inputs = [(np.full(n, k, np.float32), np.full(n, -k, np.float32)) for k in range(8)]
+    results: dict[int, np.ndarray] = {}
+
+    def call(k: int) -> None:
+        for _ in range(5):
+            results[k] = kernel(*inputs[k])
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(8):
+        assert np.array_equal(results[k], np.full(n, k, np.float32)), k
