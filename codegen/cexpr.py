@@ -66,6 +66,15 @@ MATH = {
     "floor": ("floorf", "floor"), "ceil": ("ceilf", "ceil"),
 }
 
+# <math.h> functions glibc's libmvec has vector forms of (2.22: exp log sin cos pow;
+# 2.35: the rest): C name -> number of arguments. codegen/c.py declares the ones a kernel
+# calls with the simd attribute, each under a POLYCOMP_MVEC_<name> macro that the build
+# defines where libmvec has it (polycomp/build.py); gcc then calls e.g. _ZGVdN8v_expf
+# in a simd loop instead of expf once per element.
+VECTOR_MATH = {f"{name}{suffix}": (2 if name == "pow" else 1)
+               for name in ("exp", "log", "sin", "cos", "pow", "tanh", "erf")
+               for suffix in ("f", "")}
+
 # helpers emitted on demand: name -> C definition (templated on a type where needed)
 HELPER_TEMPLATES = {
     "floord": "static inline long polycomp_floord(long n, long d) "
@@ -117,6 +126,12 @@ class Helpers:
 
     used: dict[str, str] = field(default_factory=dict)
     guards: int = 0  # checked divisions printed so far (codegen/c.py propagates the status)
+    math: set[str] = field(default_factory=set)  # <math.h> functions called
+
+    def call(self, name: str) -> str:
+        """A <math.h> function's name, recorded (codegen/c.py declares vector forms)."""
+        self.math.add(name)
+        return name
 
     def need(self, kind: str, dtype: str | None = None) -> str:
         name = f"polycomp_{kind}" if dtype is None else f"polycomp_{kind}_{dtype}"
@@ -128,7 +143,7 @@ class Helpers:
                 self.used[name] = HELPER_TEMPLATES[kind].format(t=CTYPES[dtype], d=dtype, bad=bad)
             else:
                 ctype = CTYPES[dtype]
-                exp = "expf" if dtype in ("float16", "float32") else "exp"
+                exp = self.call("expf" if dtype in ("float16", "float32") else "exp")
                 self.used[name] = HELPER_TEMPLATES[kind].format(t=ctype, d=dtype, exp=exp)
         return name
 
@@ -283,8 +298,8 @@ class ValuePrinter:
             one = "1.0f" if dtype in ("float16", "float32") else "1.0"
             root = Text(f"{MATH_FN('sqrt', dtype)}({args[0].code})")
             return self._narrow(Text(f"{one} / {root.code}", MUL), dtype)
-        return self._narrow(Text(f"{MATH_FN(node.func, dtype)}({', '.join(a.code for a in args)})"),
-                            dtype)
+        fn = self.helpers.call(MATH_FN(node.func, dtype))
+        return self._narrow(Text(f"{fn}({', '.join(a.code for a in args)})"), dtype)
 
     @staticmethod
     def _narrow(text: Text, dtype: str) -> Text:

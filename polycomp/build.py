@@ -22,9 +22,11 @@ at once.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -97,10 +99,39 @@ def cache_dir() -> Path:
     return Path(base) / "polycomp"
 
 
+MVEC_MARKER = re.compile(r"#ifdef POLYCOMP_MVEC_(\w+)")
+
+
+@functools.lru_cache(maxsize=None)
+def libmvec_functions() -> frozenset[str]:
+    """The <math.h> functions whose vector forms this system's libmvec exports (its SSE
+    form stands for the family: glibc adds all four ISAs of a function together)."""
+    try:
+        mvec = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return frozenset()
+    found = set()
+    for name in ("exp", "log", "sin", "cos", "pow", "tanh", "erf"):
+        arity = "vv" if name == "pow" else "v"
+        if hasattr(mvec, f"_ZGVbN4{arity}_{name}f"):
+            found.add(f"{name}f")
+        if hasattr(mvec, f"_ZGVbN2{arity}_{name}"):
+            found.add(name)
+    return frozenset(found)
+
+
+def vector_math_flags(text: str) -> tuple[list[str], list[str]]:
+    """(-D flags, libraries) for the vector math declarations of ``text`` that libmvec
+    can serve (codegen/c.py _vector_math_declarations)."""
+    wanted = sorted(set(MVEC_MARKER.findall(text)) & libmvec_functions())
+    return [f"-DPOLYCOMP_MVEC_{name}" for name in wanted], (["-lmvec"] if wanted else [])
+
+
 def build_library(text: str, entry: str, options: Options) -> Path:
     """Compile ``text`` to a shared library and return its path (from the cache if there)."""
     compiler, flags = compiler_command(options)
-    command = [*compiler, *flags, *REQUIRED_FLAGS]
+    defines, libraries = vector_math_flags(text)
+    command = [*compiler, *flags, *REQUIRED_FLAGS, *defines]
     key = hashlib.sha256("\0".join([text, *command, compiler_identity(tuple(compiler)),
                                     cpu_identity()]).encode()).hexdigest()[:24]
     directory = cache_dir() if options.cache else Path(tempfile.mkdtemp(prefix="polycomp-"))
@@ -113,7 +144,7 @@ def build_library(text: str, entry: str, options: Options) -> Path:
     _write_atomically(source_path, text.encode())
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so.tmp", dir=directory)
     os.close(fd)
-    argv = [*command, "-o", tmp, str(source_path), "-lm"]
+    argv = [*command, "-o", tmp, str(source_path), *libraries, "-lm"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
