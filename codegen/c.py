@@ -55,6 +55,7 @@ from polycomp import islutil as U
 from polycomp.ir import Program, Statement
 from polycomp.options import Options
 from polycomp.scheduler import tree as T  # mark names
+from polycomp.scheduler.contraction import MARK_LOCAL
 
 from .ast import build_ast, expression_builder, loop_iterator
 from .cexpr import (ADD, ARG_CTYPES, CTYPES, PRIMARY, VECTOR_MATH, Helpers, Text, ValuePrinter,
@@ -144,7 +145,7 @@ def _arguments(program: Program) -> tuple[CArgument, ...]:
     args = [CArgument("size", p, "long", "int64") for p in program.params]
     args += [CArgument("scalar", s.name, ARG_CTYPES[s.dtype], s.dtype) for s in program.scalars]
     args += [CArgument("array", a.name, CTYPES[a.dtype], a.dtype) for a in program.arrays
-             if a.role != "scratch"]
+             if a.role not in ("scratch", "local")]
     return tuple(args)
 
 
@@ -336,7 +337,20 @@ class _Emitter:
             if name == T.MARK_SIMD:
                 return self._vector_for(inner, pragma)
             return self._for(inner, pragma, outline=outline)
+        if mark.get_name().startswith(f"{MARK_LOCAL}:"):
+            return self._local(mark.get_name().partition(":")[2], inner)
         return self.emit(inner)  # a loop of one iteration: nothing to parallelise
+
+    def _local(self, name: str, inner: isl.AstNode) -> c.Generable:
+        """A contracted temporary (scheduler/contraction.py), declared in the body of the
+        loops whose iteration it lives in."""
+        array = self.program.array(name)
+        count = 1
+        for extent in array.extents():
+            count *= extent
+        body = self.emit(inner)
+        return c.Block([c.Line(f"{CTYPES[array.dtype]} {c_name(name)}[{count}];"),
+                        *(body.contents if type(body) is c.Block else [body])])
 
     def _user(self, call: isl.AstExpr) -> c.Generable:
         stmt = self.statements[call.get_op_arg(0).get_id().get_name()]

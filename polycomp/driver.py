@@ -21,6 +21,7 @@ from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
 from .scheduler.budget import SchedulerFallbackWarning
+from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
 from .scheduler.reductions import relax_reductions
 from .scheduler.legality import check_schedule
@@ -62,7 +63,9 @@ def compile_program(program: Program, options: Options) -> Compiled:
         raise InternalError(f"scheduler '{options.scheduler}' produced an illegal schedule for "
                             f"'{program.name}': {exc.message}") from exc
     try:
-        source = generate_c(program, schedule, options)
+        contracted, marked = contract_temporaries(program, schedule)
+        source = generate_c(contracted, marked, options)
+        program, schedule = contracted, marked
     except ASTRejected as exc:
         # no AST of the optimised schedule was shown right (isl's generator lost instances
         # or checking it took too long): the original order, untiled and unmarked, is

@@ -35,8 +35,9 @@ from .errors import (IntegerDivisionError, Location, OutOfBoundsError, PolycompE
                      RangeInferenceError, UnknownNameError)
 
 # scratch: an array the compiler introduced (scheduler/expansion.py); the generated code
-# allocates it, so it is no argument of the kernel
-ROLES = ("input", "output", "inout", "temporary", "scratch")
+# allocates it, so it is no argument of the kernel. local: a temporary contracted to a
+# local array of a loop body (scheduler/contraction.py), no argument either
+ROLES = ("input", "output", "inout", "temporary", "scratch", "local")
 dim = isl.dim_type
 
 

@@ -210,6 +210,8 @@ class Kernel:
         outputs = set(self.interface.outputs)
         for array in program.arrays:
             shape = array.extents(sizes)
+            if array.role == "local":
+                continue  # a contracted temporary: a local array of the loop body
             if array.role == "scratch":  # the kernel allocates its own
                 check_buffer(shape, array.dtype,
                              f"the scratch array '{array.name}' of kernel '{self.name}'")

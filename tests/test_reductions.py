@@ -242,3 +242,21 @@ child:
     kernel = polycomp.compile(MATMUL, scheduler="custom", schedule=tree)
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-5)
     assert "reduction(+:" in kernel.c_source
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("n,contracted", [(40, True), (20000, False)])
+def test_softmax_rows_live_in_local_arrays(n: int, contracted: bool):
+    """Array contraction (scheduler/contraction.py): fused under (b, m), e is a local row
+    of the loop body (no full-size buffer, no argument), mx and s local scalars; a row
+    past LOCAL_BYTES stays a full array."""
+    x = np.random.default_rng(8).standard_normal((2, 3, n)).astype(np.float32)
+    kernel = polycomp.compile(SOFTMAX, parallel_min_work=0)
+    got = kernel(x)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-9)
+    source = kernel.c_source
+    assert (f"float e[{n}];" in source) == contracted, source
+    entry = source[source.index("int polycomp_softmax("):].splitlines()[0]
+    assert ("float *restrict e" in entry) != contracted, entry
+    assert "float *restrict mx" not in entry and "float *restrict s" not in entry
