@@ -84,7 +84,7 @@ def test_slow_analysis_and_scheduling_fall_back_and_agree_with_gcc_O0(monkeypatc
         warnings.simplefilter("ignore", SchedulerFallbackWarning)
         outcome = run_case(case, lambda message: None)
     assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
-    assert time.monotonic() - start < 20  # minutes before (gcc and the checks remain)
+    assert time.monotonic() - start < 45  # minutes before (gcc and the checks remain)
 
 
 def _runaway(*args, **kwargs):

@@ -9,8 +9,9 @@ shapes, batch 1, float32) runs as polycomp's TC kernel (default options unless
 the thread count, sequential execution, all graph optimisations) and, where numpy has
 the operator, as numpy. polycomp's output is checked against onnxruntime's (and numpy's)
 before any time counts. Timing: one warm-up call each, then rounds that call every
-variant of the operator once, in turn, until --budget seconds have passed (at least
---min-rounds); each variant's time is its minimum over the rounds. The ratio column is
+variant of the operator once, in turn, each after a 3 ms pause (so that the previous
+variant's spinning threads do not compete with it), until --budget seconds of rounds
+have passed (at least --min-rounds); each variant's time is its minimum over the rounds. The ratio column is
 onnxruntime's time over polycomp's (above 1: polycomp is faster).
 
 Writes ``operators.md``, ``operators.csv`` and ``operators.png`` to --out.
@@ -62,6 +63,9 @@ def _progress(total: int):
             def close(self):
                 pass
         return Plain()
+
+
+SETTLE_S = 0.003  # longer than onnxruntime's and libgomp's default spin before sleeping
 
 
 def ort_session(model, threads: int):
@@ -128,6 +132,9 @@ def run_operator(op: defs.Operator, threads: list[int], scheduler: str | None, b
         for name, (call, t) in variants.items():
             if t is not None:
                 polycomp.set_num_threads(t)
+            # the previous variant's idle threads spin for a while after it returns
+            # (onnxruntime's pool and libgomp's both): let them settle before timing
+            time.sleep(SETTLE_S)
             s = time.perf_counter()
             call()
             best[name] = min(best[name], time.perf_counter() - s)
