@@ -52,6 +52,7 @@ import islpy as isl
 
 from polycomp import expr as E
 from polycomp import islutil as U
+from polycomp.errors import InternalError
 from polycomp.ir import Program, Statement
 from polycomp.options import Options
 from polycomp.scheduler import tree as T  # mark names
@@ -181,6 +182,7 @@ class _Emitter:
         self.outline_arguments: tuple[CArgument, ...] = ()
         # in a simd loop: its iterator, and target text -> (local, C type, reduction op)
         self.vector_loop: str | None = None
+        self.vector_reductions: frozenset[str] = frozenset()
         self.accumulators: dict[str, tuple[str, str, str]] = {}
         self.n_accumulators = 0
 
@@ -267,19 +269,21 @@ class _Emitter:
                      f"{it} += {self._expr(node.for_get_inc()).code}", body)
         return c.Collection([c.Pragma(pragma), loop]) if pragma else loop
 
-    def _vector_for(self, node: isl.AstNode, pragma: str) -> c.Generable:
-        """A simd loop. A reduction statement in its body whose target does not depend
-        on the loop's iterator is a reduction along the loop (scheduler/legality.py
-        vector_reduction_ok allowed the mark): its target is read into a local before
-        the loop, updated there under ``reduction(op: local)``, and stored after it."""
-        saved = self.vector_loop, self.accumulators
+    def _vector_for(self, node: isl.AstNode, pragma: str,
+                    reductions: frozenset[str]) -> c.Generable:
+        """A simd loop. The ``reductions`` (statements that reduce along it:
+        scheduler/reductions.py annotated the mark, legality.vector_reduction_ok allowed
+        it) have their target read into a local before the loop, updated there under
+        ``reduction(op: local)``, and stored after it."""
+        saved = self.vector_loop, self.accumulators, self.vector_reductions
         self.vector_loop = node.for_get_iterator().get_id().get_name()
         self.accumulators = {}
+        self.vector_reductions = reductions
         try:
             loop = self._for(node, pragma)
             accumulators = self.accumulators
         finally:
-            self.vector_loop, self.accumulators = saved
+            self.vector_loop, self.accumulators, self.vector_reductions = saved
         if not accumulators:
             return loop
         clauses = " ".join(f"reduction({REDUCTION_CLAUSE[op]}:{name})"
@@ -294,9 +298,12 @@ class _Emitter:
     def accumulator(self, stmt: Statement, target: str) -> str:
         """The local that accumulates ``target`` in the enclosing simd loop, or
         ``target`` itself when the statement is no reduction along that loop."""
-        if (self.vector_loop is None or stmt.reduction not in REDUCTION_CLAUSE
-                or re.search(rf"\b{re.escape(self.vector_loop)}\b", target)):
+        if (self.vector_loop is None or stmt.name not in self.vector_reductions
+                or stmt.reduction not in REDUCTION_CLAUSE):
             return target
+        if re.search(rf"\b{re.escape(self.vector_loop)}\b", target):
+            raise InternalError(f"codegen: the target {target} of {stmt.name} changes along "
+                                f"the simd loop {self.vector_loop} it reduces along")
         if target not in self.accumulators:
             name = f"polycomp_acc{self.n_accumulators}"
             self.n_accumulators += 1
@@ -335,7 +342,7 @@ class _Emitter:
             # vectorising the parallel loop (atax: one call per element of y)
             outline = name == T.MARK_PARALLEL and _has_loop(inner.for_get_body())
             if name == T.MARK_SIMD:
-                return self._vector_for(inner, pragma)
+                return self._vector_for(inner, pragma, _vector_reductions(mark))
             return self._for(inner, pragma, outline=outline)
         if mark.get_name().startswith(f"{MARK_LOCAL}:"):
             return self._local(mark.get_name().partition(":")[2], inner)
@@ -420,11 +427,23 @@ def _has_loop(node: isl.AstNode) -> bool:
 def _simdlen(mark: isl.Id) -> str:
     """`` simdlen(n)`` when the mark's id carries a lane count (ids read from text carry
     none)."""
-    try:
-        lanes = mark.get_user()
-    except TypeError:
-        return ""
+    lanes = _mark_user(mark)
+    if isinstance(lanes, tuple):  # (lanes, reductions along the loop)
+        lanes = lanes[0]
     return f" simdlen({lanes})" if isinstance(lanes, int) and lanes > 1 else ""
+
+
+def _mark_user(mark: isl.Id) -> object:
+    try:
+        return mark.get_user()
+    except TypeError:  # ids read from text carry no user value
+        return None
+
+
+def _vector_reductions(mark: isl.Id) -> frozenset[str]:
+    """The statements a simd mark's loop reduces along (reductions.annotate_simd_reductions)."""
+    user = _mark_user(mark)
+    return user[1] if isinstance(user, tuple) else frozenset()
 
 
 def _statement(stmt: Statement, printer: ValuePrinter, emitter: _Emitter) -> c.Generable:

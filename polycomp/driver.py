@@ -23,7 +23,7 @@ from .scheduler import Dependences, compute_dependences, get_scheduler
 from .scheduler.budget import SchedulerFallbackWarning
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
-from .scheduler.reductions import relax_reductions
+from .scheduler.reductions import annotate_simd_reductions, relax_reductions
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
 from .scheduler.passes import run_passes
@@ -62,6 +62,7 @@ def compile_program(program: Program, options: Options) -> Compiled:
             raise  # the user's schedule: their error, with the broken dependence named
         raise InternalError(f"scheduler '{options.scheduler}' produced an illegal schedule for "
                             f"'{program.name}': {exc.message}") from exc
+    schedule = annotate_simd_reductions(schedule, deps)
     try:
         contracted, marked = contract_temporaries(program, schedule)
         source = generate_c(contracted, marked, options)

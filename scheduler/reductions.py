@@ -41,8 +41,9 @@ from polycomp import expr as E
 from polycomp import islutil as U
 from polycomp.ir import Program, Statement
 
+from . import tree as T
 from .dependences import Dependences
-from .legality import violated
+from .legality import carried_by_member, violated
 
 RELAXABLE = ("+", "*", "max", "min")
 
@@ -95,3 +96,35 @@ def relax_reductions(program: Program, deps: Dependences, exact_fp: bool = False
     return replace(deps, flow=flow, anti=anti, output=output, reduction=chains,
                    reduction_elements=same)
 
+
+
+def annotate_simd_reductions(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
+    """Every simd mark's id with ``user = (lanes, names)``: the statements whose
+    reduction chains its loop carries, i.e. the reductions along it (checked by
+    legality.vector_reduction_ok); the code generator accumulates those, and only those,
+    in lane-private locals."""
+    if deps.reduction is None:
+        return schedule
+
+    def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if T.is_mark(node, T.MARK_SIMD):
+            band = node.child(0)
+            while T.is_mark(band):
+                band = band.child(0)
+            if T.is_band(band):
+                carried = carried_by_member(band, 0, deps.reduction)
+                names = frozenset(m.get_tuple_name(isl.dim_type.in_)
+                                  for m in U.maps_of(carried))
+                mark = node.mark_get_id()
+                try:
+                    lanes = mark.get_user()
+                except TypeError:  # ids read from text carry no user value
+                    lanes = None
+                if isinstance(lanes, tuple):
+                    lanes = lanes[0]
+                node = node.delete().insert_mark(isl.Id(mark.get_name(), user=(lanes, names)))
+        for k in range(node.n_children()):
+            node = go(node.child(k)).parent()
+        return node
+
+    return go(schedule.get_root()).get_schedule()

@@ -15,6 +15,12 @@ the fuzzer runs it: the C built by ``gcc -O0`` is the oracle, integers bit for b
   else unless it is a cgen Block, and cgen's Collection (the pragma with its loop) is a
   Block subclass printed without braces, so C gave the else to ``if (b)`` and S2 ran
   under the wrong guard. The emitter now tests the exact type.
+* the suite's TC fuzz example with input seed 6821 -- a simd loop over i with the
+  reduction over (r, q) unrolled inside it: isl wrote one copy under ``if (c2 == 3)``
+  with the target O1[3], the code generator took that target (no c2 in its text) for a
+  reduction along the loop and accumulated it in a local, which the loop's other copies
+  (O1[c2]) never saw. Only the statements the scheduler proved to reduce along the loop
+  (reductions.annotate_simd_reductions) are accumulated now.
 """
 
 from __future__ import annotations
@@ -205,3 +211,24 @@ def test_else_after_a_simd_loop_keeps_its_if(worker):
                 seed=7373022863)
     outcome = worker.run(case)
     assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
+
+
+UNROLLED_REDUCTION = """def fz(int32(N) XN, int32(N, N) A, int32 s) -> (int32(N) O0, int32(N) O1, int32() O2) {
+  O0(i) = (((-min(XN(N - 1 - i), XN(i / 2))) - ((7 % 4) * (-A(i, i / 2)))) % 1009) where i in 0:N
+  O1(i) +=! ((A(q, i / 2) + (XN(r / 2) + max((XN(N - 1 - i) * (s % 4)), (-(s + A(i / 2, N - 1 - q)))))) % 1009) where i in 0:N, r in 0:N, q in 0:i+1
+  O2 = (min(((7 - O0(0)) * (-A(0, 0))), ((O0(0) / 5) % 5)) % 97)
+}"""
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("seed", range(4))
+def test_a_guarded_copy_in_a_simd_loop_is_no_reduction_along_it(seed):
+    rng = np.random.default_rng(seed)
+    n = 4
+    xn = rng.integers(-50, 50, n).astype(np.int32)
+    a = rng.integers(-50, 50, (n, n)).astype(np.int32)
+    s = int(rng.integers(-20, 20))
+    want = polycomp.compile(UNROLLED_REDUCTION, scheduler="none")(xn, a, s)
+    got = polycomp.compile(UNROLLED_REDUCTION)(xn, a, s)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
