@@ -6,7 +6,8 @@ with one entry function
     int polycomp_<name>([long sizes...,] [scalars...,] [const] T *restrict array, ...)
 
 that returns 0, or 1 when a data-dependent index (a gather) fell outside its array (the
-read is then skipped). Arrays are row-major; statement bodies are printed inline with
+read is then skipped), 2 after an integer division by zero, 3 when a scratch array could
+not be allocated. Arrays are row-major; statement bodies are printed inline with
 the AST's iterator expressions substituted for the statement iterators. A loop under an
 ``omp_parallel`` mark gets ``#pragma omp parallel for``; its body, when it holds loops, is
 outlined into a ``static`` noipa (clang: noinline) function that takes the arrays as
@@ -15,7 +16,14 @@ OpenMP region, and without it cannot keep values in registers across the jammed
 statements of a register tile; noipa because gcc 12.2 deleted calls to a noinline body).
 A body of statements only stays inline, where gcc can vectorise the loop. A loop under
 an ``omp_simd`` mark gets ``#pragma omp simd``, with ``simdlen(n)`` when the mark's id
-carries the lane count n (scheduler/intratile.py).
+carries the lane count n (scheduler/intratile.py); the statements the mark names as
+reductions along the loop (scheduler/reductions.py) accumulate in a local under
+``reduction(op: local)``. Arrays that are no arguments: scratch arrays (expanded scalars,
+scheduler/expansion.py) are malloc'd by the entry and freed before it returns; local
+arrays (contracted temporaries, scheduler/contraction.py) are declared at their
+``local:<array>`` mark, in the body of the loops they live in. The <math.h> functions
+that libmvec has vector forms of are declared with the simd attribute, each under a
+macro the build defines only where the system has them.
 
 One region around a sequential loop. A time loop or a wavefront around a parallel loop
 would fork and join a thread team at each of its iterations; when nothing but loops,
