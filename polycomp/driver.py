@@ -20,7 +20,7 @@ from .errors import IllegalScheduleError, InternalError
 from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
-from .scheduler.budget import SchedulerFallbackWarning
+from .scheduler.budget import SchedulerFallbackWarning, call_in_time_limit
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
 from .scheduler.reductions import annotate_simd_reductions, relax_reductions
@@ -65,7 +65,7 @@ def compile_program(program: Program, options: Options) -> Compiled:
     schedule = annotate_simd_reductions(schedule, deps)
     try:
         contracted, marked = contract_temporaries(program, schedule)
-        source = generate_c(contracted, marked, options)
+        source = generate_in_time_limit(contracted, marked, options)
         program, schedule = contracted, marked
     except ASTRejected as exc:
         # no AST of the optimised schedule was shown right (isl's generator lost instances
@@ -74,8 +74,26 @@ def compile_program(program: Program, options: Options) -> Compiled:
         warnings.warn(f"{exc}; '{program.name}' compiled in the original loop order instead",
                       SchedulerFallbackWarning, stacklevel=4)
         schedule = schedule_original(program, deps, options)
-        source = generate_c(program, schedule, options)
+        source = generate_in_time_limit(program, schedule, options)
     return Compiled(program, deps, schedule, source)
+
+
+# seconds code generation (isl's AST, its check, the C) may take: PolyBench at LARGE needs
+# a few; isl's AST generator ran for minutes on a 15-line tiled nest (fuzz 9595:1333)
+CODEGEN_SECONDS = 40.0
+
+
+def generate_in_time_limit(program: Program, schedule: isl.Schedule,
+                           options: Options) -> Source:
+    """``generate_c`` in a forked child under CODEGEN_SECONDS (isl's operation budget
+    does not stop its AST generator); past it, ASTRejected."""
+    try:
+        source = call_in_time_limit(lambda: generate_c(program, schedule, options),
+                                    CODEGEN_SECONDS)
+    except TimeoutError:
+        raise ASTRejected(f"codegen: generating the code of '{program.name}' took more than "
+                          f"{CODEGEN_SECONDS:g} s") from None
+    return source  # type: ignore[return-value]
 
 
 def format_program(program: Program) -> str:

@@ -21,6 +21,11 @@
   ``EXACT_SECONDS`` too; past it the AST is not trusted and the original order is
   compiled, with a SchedulerFallbackWarning.
 
+* 9595:1333 (scheduler "isl", tile size 2): isl's AST generator itself ran for minutes on
+  a 15-line tiled nest, without counting the operations its budget would stop. Code
+  generation (AST, check, C) now runs in a child under ``driver.CODEGEN_SECONDS``; past it
+  the original order is compiled, with a SchedulerFallbackWarning.
+
 The cases run as the fuzzer runs them (a worker process; gcc -O0 is the oracle). The
 structural test checks, without timing anything, that the generic dependence analysis
 never runs unbounded in the compiling process.
@@ -39,6 +44,7 @@ import polycomp
 from polycomp.fuzzing.campaign import case_at
 import polycomp.scheduler as scheduler_package
 from polycomp.fuzzing.worker import run_case
+from polycomp import driver
 from polycomp.codegen import verify
 from polycomp.scheduler import dependences, isl_sched, pluto
 from polycomp.scheduler.budget import SchedulerFallbackWarning
@@ -61,6 +67,7 @@ BOUNDED_SOURCES = {
     (4242, 849): "void kern(int N, int M, int a0, long a1, int A[2 * N + M + 8]",
     (8484, 190): "void kern(int N, int M, int a0, long a1, unsigned A[N + 1], int B[2 * N",
     (8484, 547): "void kern(int N, long A[N + 13], long B[N + 5], short C[N + 10][N + 8]",
+    (9595, 1333): "void kern(long a1, long A[19], int B[15][9][16], long C[11][13]",
 }
 
 
@@ -78,6 +85,7 @@ def test_slow_analysis_and_scheduling_fall_back_and_agree_with_gcc_O0(monkeypatc
     monkeypatch.setattr(dependences, "EXACT_LIMIT", 0.3)
     monkeypatch.setattr(scheduler_package, "SCHEDULE_LIMIT", 0.5)
     monkeypatch.setattr(verify, "EXACT_SECONDS", 1.0)
+    monkeypatch.setattr(driver, "CODEGEN_SECONDS", 4.0)
     case = fuzz_case(n, seed)
     start = time.monotonic()
     with warnings.catch_warnings():
@@ -173,7 +181,6 @@ def test_an_ast_too_costly_to_check_falls_back_to_the_original_order(monkeypatch
     minutes of set intersections. Past READBACK_OPERATIONS the driver compiles the
     original order, whose AST is checked in its turn; here with a budget that only the
     original order's AST fits in."""
-    from polycomp.codegen import verify
     monkeypatch.setattr(verify, "READBACK_OPERATIONS", 3000)
     source = ("void k(int N, long A[N][N]) { for (int i = 1; i < N; i++) "
               "for (int j = 0; j < N; j += 2) A[i][j] += A[i - 1][j] - 3 * A[i][j / 2]; }")
