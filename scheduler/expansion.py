@@ -49,15 +49,22 @@ dim = isl.dim_type
 
 
 def expand_scalars(program: Program) -> Program:
-    """``program`` with its privatisable temporary scalars renamed and expanded."""
+    """``program`` with its privatisable temporary scalars renamed and expanded.
+
+    A specialised program is expanded as its parametric form is, then specialised: the
+    two must agree (isl's scheduler schedules the parametric form, and the tree must be
+    legal for the specialised one), and constant sizes can make a loop a single point,
+    which would change the decisions (fuzz 1212:1622)."""
+    if program.generic is not None and program.sizes:
+        generic = expand_scalars(program.generic)
+        if generic is program.generic:
+            return program
+        return generic.specialize(dict(program.sizes))
     out = program
     for array in program.arrays:
         if array.rank == 0 and array.role == "temporary":
             out = _expand_array(out, array)
-    if out is program:
-        return program
-    generic = program.generic
-    return replace(out, generic=None if generic is None else expand_scalars(generic))
+    return out
 
 
 def _expand_array(program: Program, array: Array) -> Program:

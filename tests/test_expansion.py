@@ -149,3 +149,28 @@ def test_expansion_frees_ludcmp_for_parallel_tiles():
     off = polycomp.compile_loops(src, sizes={"n": 200}, expand_scalars=False).c_source
     assert "#pragma omp" in on and "malloc(" in on and "free(" in on
     assert "#pragma omp" not in off and "malloc(" not in off
+
+
+DEGENERATE = """
+void kern(int N, int B[N + 11][N + 13], signed char D[N + 9][N + 5]) {
+  for (int i = 3; i >= 0; i -= 3) {
+    long t0 = B[i + 3][i + 2] + B[-i + 3][2 * i + 5];
+    for (int j = i; j < N + 1; j++) {
+      double t1 = (i + j < 3 ? (t0 - B[i + j + 4][j + 3]) : (t0 * D[2 * i - j + N + 2][i + j + 1]));
+    }
+  }
+}
+"""
+
+
+def test_a_specialised_program_is_expanded_as_its_parametric_form():
+    """Fuzz 1212:1622: at N = 0 the j loop is a single point, which changed the decisions
+    for the specialised program (t1 expanded, t0 not) against the parametric one (the
+    reverse); isl's scheduler schedules the parametric form, and its tree broke t0's
+    output dependence in the specialised program (an InternalError)."""
+    for n in (0, 1, 4):
+        specialised = expand_scalars(lowered(DEGENERATE, {"N": n}))
+        assert scratch(specialised) == scratch(specialised.generic)
+    kernel = polycomp.compile_loops(DEGENERATE, scheduler="isl")
+    b = np.arange(11 * 13, dtype=np.int32).reshape(11, 13)
+    kernel(0, b, np.zeros((9, 5), np.int8))  # compiles and runs at N = 0
