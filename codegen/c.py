@@ -108,7 +108,8 @@ def generate_c(program: Program, schedule: isl.Schedule, options: Options) -> So
     scratch = [a for a in program.arrays if a.role == "scratch"]
     emitter.outline_arguments = arguments + tuple(
         CArgument("array", a.name, CTYPES[a.dtype], a.dtype) for a in scratch)
-    body = emitter.emit(build_ast(program, schedule))
+    ast = build_ast(program, schedule)
+    body = emitter._scoped(lambda: emitter.emit(ast))
     signature = c.FunctionDeclaration(
         c.Value("int", entry_name(program)),
         [c.Value(_declarator(a, program)[0], _declarator(a, program)[1]) for a in arguments]
@@ -191,6 +192,11 @@ class _Emitter:
         # in a simd loop: its iterator, and target text -> (local, C type, reduction op)
         self.vector_loop: str | None = None
         self.vector_reductions: frozenset[str] = frozenset()
+        # local arrays (contracted temporaries) met in the body being emitted: declared
+        # once at the top of the innermost enclosing loop body, outlined body or entry
+        self.local_scopes: list[dict[str, str]] = [{}]
+        self.vector_guarded = 0  # ifs and loops entered inside the simd loop's body
+        self.vector_unsafe = False  # a reduction along it sits under one of them
         self.accumulators: dict[str, tuple[str, str, str]] = {}
         self.n_accumulators = 0
 
@@ -226,16 +232,20 @@ class _Emitter:
                 return self._region(node)
             return self._for(node)
         if kind == node_type.if_:
-            then = self.emit(node.if_get_then_node())
-            other = None
-            if node.if_has_else_node():
-                other = self.emit(node.if_get_else_node())
-                # C gives an else to the nearest if: an unbraced then-branch ending in
-                # an if without else (`if (a) for (...) if (b) S; else T;`) would take it.
-                # cgen's Collection (a pragma and its loop) is a Block subclass that
-                # prints no braces (fuzz case 7373:744), so test the exact type
-                if type(then) is not c.Block:
-                    then = c.Block([then])
+            self.vector_guarded += 1  # what runs under it runs only where it holds
+            try:
+                then = self.emit(node.if_get_then_node())
+                other = None
+                if node.if_has_else_node():
+                    other = self.emit(node.if_get_else_node())
+            finally:
+                self.vector_guarded -= 1
+            # C gives an else to the nearest if: an unbraced then-branch ending in an if
+            # without else (`if (a) for (...) if (b) S; else T;`) would take it. cgen's
+            # Collection (a pragma and its loop) is a Block subclass that prints no
+            # braces (fuzz case 7373:744), so test the exact type
+            if other is not None and type(then) is not c.Block:
+                then = c.Block([then])
             return c.If(self._expr(node.if_get_cond()).code, then, other)
         if kind == node_type.block:
             children = U.to_list(node.block_get_children())
@@ -266,11 +276,14 @@ class _Emitter:
         saved = self.in_region, self.in_parallel_loop
         if pragma is not None and not pragma.startswith("omp simd"):
             self.in_region, self.in_parallel_loop = False, True
+        inner = self.vector_loop is not None and it != self.vector_loop
+        self.vector_guarded += inner  # a loop inside a simd loop may run no iteration
         try:
             body = (self._outline(node.for_get_body()) if outline
-                    else self.emit(node.for_get_body()))
+                    else self._scoped(lambda: self.emit(node.for_get_body())))
         finally:
             self.in_region, self.in_parallel_loop = saved
+            self.vector_guarded -= inner
         self.scope.pop()
         loop = c.For(f"long {it} = {self._expr(node.for_get_init()).code}",
                      self._expr(node.for_get_cond()).code,
@@ -283,31 +296,47 @@ class _Emitter:
         scheduler/reductions.py annotated the mark, legality.vector_reduction_ok allowed
         it) have their target read into a local before the loop, updated there under
         ``reduction(op: local)``, and stored after it."""
-        saved = self.vector_loop, self.accumulators, self.vector_reductions
-        self.vector_loop = node.for_get_iterator().get_id().get_name()
+        saved = (self.vector_loop, self.accumulators, self.vector_reductions,
+                 self.vector_guarded, self.vector_unsafe)
+        iterator = node.for_get_iterator().get_id().get_name()
+        self.vector_loop = iterator
         self.accumulators = {}
         self.vector_reductions = reductions
+        self.vector_guarded, self.vector_unsafe = 0, False
         try:
             loop = self._for(node, pragma)
-            accumulators = self.accumulators
+            accumulators, unsafe = self.accumulators, self.vector_unsafe
         finally:
-            self.vector_loop, self.accumulators, self.vector_reductions = saved
+            (self.vector_loop, self.accumulators, self.vector_reductions,
+             self.vector_guarded, self.vector_unsafe) = saved
+        if unsafe:
+            # a reduction along the loop under a guard inside it: its target may not
+            # exist where the guard fails, so it cannot be loaded before the loop; the
+            # loop stays scalar (a simd loop would carry the reduction through memory)
+            return self._for(node)
         if not accumulators:
             return loop
         clauses = " ".join(f"reduction({REDUCTION_CLAUSE[op]}:{name})"
                            for name, _, op in accumulators.values())
         pragma_line, for_loop = loop.contents
-        return c.Block([c.Line(f"{ctype} {name} = {target};")
-                        for target, (name, ctype, _) in accumulators.items()]
-                       + [c.Pragma(f"{pragma} {clauses}"), for_loop]
-                       + [c.Statement(f"{target} = {name}")
-                          for target, (name, _, _) in accumulators.items()])
+        # the targets are loaded and stored only when the loop runs at least once
+        first = self._expr(node.for_get_init()).at(PRIMARY)
+        runs = re.sub(rf"\b{re.escape(iterator)}\b", first, self._expr(node.for_get_cond()).code)
+        return c.If(runs, c.Block(
+            [c.Line(f"{ctype} {name} = {target};")
+             for target, (name, ctype, _) in accumulators.items()]
+            + [c.Pragma(f"{pragma} {clauses}"), for_loop]
+            + [c.Statement(f"{target} = {name}")
+               for target, (name, _, _) in accumulators.items()]))
 
     def accumulator(self, stmt: Statement, target: str) -> str:
         """The local that accumulates ``target`` in the enclosing simd loop, or
         ``target`` itself when the statement is no reduction along that loop."""
         if (self.vector_loop is None or stmt.name not in self.vector_reductions
                 or stmt.reduction not in REDUCTION_CLAUSE):
+            return target
+        if self.vector_guarded:
+            self.vector_unsafe = True
             return target
         if re.search(rf"\b{re.escape(self.vector_loop)}\b", target):
             raise InternalError(f"codegen: the target {target} of {stmt.name} changes along "
@@ -322,7 +351,7 @@ class _Emitter:
         """``node`` as a static function of the enclosing iterators and the entry's
         arguments (restrict pointers), and the call that replaces it."""
         gathers, guards = self.gathers, self.helpers.guards
-        body = self.emit(node)
+        body = self._scoped(lambda: self.emit(node))
         name = f"{entry_name(self.program)}_par{len(self.outlined)}"
         args = [(a, _declarator(a, self.program)) for a in self.outline_arguments]
         params = [c.Value("long", it) for it in self.scope] + [c.Value(*d) for _, d in args]
@@ -357,15 +386,28 @@ class _Emitter:
         return self.emit(inner)  # a loop of one iteration: nothing to parallelise
 
     def _local(self, name: str, inner: isl.AstNode) -> c.Generable:
-        """A contracted temporary (scheduler/contraction.py), declared in the body of the
-        loops whose iteration it lives in."""
+        """A contracted temporary (scheduler/contraction.py): declared at the top of the
+        innermost loop body around its mark (isl may print the marked subtree in several
+        pieces of that body, which must share one array; a piece per iteration of the
+        loops it lives in is what contraction proved)."""
         array = self.program.array(name)
         count = 1
         for extent in array.extents():
             count *= extent
-        body = self.emit(inner)
-        return c.Block([c.Line(f"{CTYPES[array.dtype]} {c_name(name)}[{count}];"),
-                        *(body.contents if type(body) is c.Block else [body])])
+        self.local_scopes[-1][name] = f"{CTYPES[array.dtype]} {c_name(name)}[{count}];"
+        return self.emit(inner)
+
+    def _scoped(self, emit_body) -> c.Generable:  # noqa: ANN001
+        """``emit_body()`` with the local arrays declared in it put at its top."""
+        self.local_scopes.append({})
+        try:
+            body = emit_body()
+        finally:
+            declared = self.local_scopes.pop()
+        if not declared:
+            return body
+        return c.Block([c.Line(line) for line in declared.values()]
+                       + (list(body.contents) if type(body) is c.Block else [body]))
 
     def _user(self, call: isl.AstExpr) -> c.Generable:
         stmt = self.statements[call.get_op_arg(0).get_id().get_name()]

@@ -115,6 +115,14 @@ def annotate_simd_reductions(schedule: isl.Schedule, deps: Dependences) -> isl.S
                 carried = carried_by_member(band, 0, deps.reduction)
                 names = frozenset(m.get_tuple_name(isl.dim_type.in_)
                                   for m in U.maps_of(carried))
+                if names and _touched_by_others(band, names, deps):
+                    # another statement in the same iteration reads or writes what is
+                    # accumulated (an initialisation fused into a one-iteration loop):
+                    # no lane-private copy then, and so no simd loop
+                    node = node.delete()
+                    for k in range(node.n_children()):
+                        node = go(node.child(k)).parent()
+                    return node
                 mark = node.mark_get_id()
                 try:
                     lanes = mark.get_user()
@@ -128,3 +136,24 @@ def annotate_simd_reductions(schedule: isl.Schedule, deps: Dependences) -> isl.S
         return node
 
     return go(schedule.get_root()).get_schedule()
+
+
+def _touched_by_others(band: isl.ScheduleNode, names: frozenset[str], deps: Dependences) -> bool:
+    """A dependence between a statement of ``names`` and another statement below the band
+    whose ends run in the same iteration of the loops around the band's first member."""
+    domain = band.get_domain()
+    inside = isl.UnionSet.empty(domain.get_space())
+    others = isl.UnionSet.empty(domain.get_space())
+    for part in U.sets_of(domain):
+        if part.get_tuple_name() in names:
+            inside = inside.union(isl.UnionSet.from_set(part))
+        else:
+            others = others.union(isl.UnionSet.from_set(part))
+    if others.is_empty():
+        return False
+    outer = T.outer_schedule(band, 0)
+    same = outer.apply_range(outer.reverse())
+    relation = deps.all().union(deps.reduction) if deps.reduction is not None else deps.all()
+    between = (relation.intersect_domain(inside).intersect_range(others)
+               .union(relation.intersect_domain(others).intersect_range(inside)))
+    return not between.intersect(same).is_empty()

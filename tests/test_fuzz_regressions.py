@@ -21,6 +21,13 @@ the fuzzer runs it: the C built by ``gcc -O0`` is the oracle, integers bit for b
   reduction along the loop and accumulated it in a local, which the loop's other copies
   (O1[c2]) never saw. Only the statements the scheduler proved to reduce along the loop
   (reductions.annotate_simd_reductions) are accumulated now.
+* 1212:2554 -- a max reduction along a simd loop whose copies sat under guards inside it
+  (N % 4 >= 2): the accumulators loaded and stored their targets before and after the
+  loop whatever the guards, out of bounds at N = 1. A reduction under a guard inside the
+  simd loop now leaves the loop scalar, and the accumulators run only when the loop runs.
+* 1212:2311 -- isl printed the subtree of a contracted temporary's mark in three pieces,
+  each with its own local array: the reduction's value never reached its consumer. The
+  local is now declared once, at the top of the innermost loop body around the mark.
 """
 
 from __future__ import annotations
@@ -231,4 +238,36 @@ def test_a_guarded_copy_in_a_simd_loop_is_no_reduction_along_it(seed):
     want = polycomp.compile(UNROLLED_REDUCTION, scheduler="none")(xn, a, s)
     got = polycomp.compile(UNROLLED_REDUCTION)(xn, a, s)
     for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
+TC_FUZZ_1212 = {
+    2554: ("""def fz(int32(N) XN, int32(N, N) A) -> (int32() O0, int32(N) O2) {
+  O0 = (XN(0) % 3)
+  O2(i) max=! (A(r, N - 1 - i) + max(((XN(N - 1 - r) <= (-A(i, r))) ? (-A(i, r)) : (XN(i / 2) - XN(0))), XN(0))) where i in 0:N, r in 0:N
+}""", {"fusion": "none", "parametric": True}),
+    2311: ("""def fz(int32(N) XN, int32(M) XM, int32(N, M) A) -> (int32(N, M) O1) {
+  T0(i, j) max=! ((XM(M - 1 - q) + (A(r, q) + (-(((XN(N - 1 - r) / 4) < XN(i)) ? XN(i) : (r * 8))))) % 97) where i in 0:N, j in 0:N, r in 0:j+1, q in 0:M
+  O1(i, j) = (((((XN(i) / 5) - (XM(j) * T0(N - 1 - i, i))) == min((j % 3), j)) ? min((j % 3), j) : T0(0, N - 1 - i)) % 7) where i in 0:N, j in 0:M
+}""", {"fusion": "max", "tile_sizes": (1, 3), "unroll": 3, "parallel_min_work": 0}),
+}
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("case", sorted(TC_FUZZ_1212))
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_reductions_and_locals_under_guards_agree_with_the_original_order(case, n):
+    source, options = TC_FUZZ_1212[case]
+    rng = np.random.default_rng(n)
+    xn = rng.integers(-50, 50, n).astype(np.int32)
+    if case == 2554:
+        args = [xn, rng.integers(-50, 50, (n, n)).astype(np.int32)]
+    else:
+        m = n + 1
+        args = [xn, rng.integers(-50, 50, m).astype(np.int32),
+                rng.integers(-50, 50, (n, m)).astype(np.int32)]
+    want = polycomp.compile(source, scheduler="none")(*args)
+    got = polycomp.compile(source, **options)(*args)
+    for w, g in zip(want if isinstance(want, tuple) else [want],
+                    got if isinstance(got, tuple) else [got]):
         np.testing.assert_array_equal(g, w)
