@@ -15,9 +15,9 @@ Modes (``Options.fusion``):
     smart  Pluto's default: cut between SCCs of different dimensionality; fuse SCCs of the
            same dimensionality that share data (an array) when the hyperplane exists and
            does not lose an outermost parallel loop that a part has on its own. A
-           reorderable reduction (scheduler/reductions.py) and its neighbours are the
-           exception: outermost, they fuse across dimensionalities when they share data
-           and a parallel hyperplane (softmax's max, exp, sum and divide under (b, m),
+           reorderable streaming reduction (scheduler/reductions.py; some read touches
+           each element once) and its neighbours are the exception: outermost, they
+           fuse across dimensionalities when they share data and a parallel hyperplane (softmax's max, exp, sum and divide under (b, m),
            one parallel loop instead of one per statement)
     typed  fuse only where no parallelism is lost: both parts have an outer coincident
            hyperplane and so does the fused one, or neither has one
@@ -56,7 +56,7 @@ class StatementFacts:
     index: int
     dim: int
     arrays: frozenset[str]
-    reduction: bool = False  # a reduction whose order may change
+    reduction: bool = False  # a streaming reduction whose order may change (pluto.py)
 
 
 Solve = Callable[[Sequence[str]], "Solution | None"]

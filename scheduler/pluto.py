@@ -115,10 +115,16 @@ class _Pluto:
         self.n_sizes = 0
 
     def _reorderable(self) -> set[str]:
-        """The statements whose accumulation chains the dependences set apart."""
+        """The streaming reductions among those whose chains the dependences set apart:
+        some read touches each element once (softmax's sum of e(b, m, n), layernorm's
+        mean of X(n, d)). A reduction whose every read is reused (matmul's A(m, k) across
+        n, conv's weights) is compute-bound: fused into its epilogue's loops it would lose
+        its tiled band and vector loop, so fusion treats it as any other statement."""
         if self.deps.reduction is None:
             return set()
-        return {m.get_tuple_name(dim.in_) for m in U.maps_of(self.deps.reduction)}
+        names = {m.get_tuple_name(dim.in_) for m in U.maps_of(self.deps.reduction)}
+        return {s.name for s in self.program.statements if s.name in names and any(
+            r.intersect_domain(s.domain).is_injective() for r in s.reads[:-1])}
 
     # ------------------------------------------------------------------ top level
     def run(self) -> Node:
