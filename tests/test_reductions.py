@@ -260,3 +260,27 @@ def test_softmax_rows_live_in_local_arrays(n: int, contracted: bool):
     entry = source[source.index("int polycomp_softmax("):].splitlines()[0]
     assert ("float *restrict e" in entry) != contracted, entry
     assert "float *restrict mx" not in entry and "float *restrict s" not in entry
+
+
+GEMM_GELU = """def gemm_bias_gelu(float(M, K) A, float(K, N) B, float(N) bias) -> (Y) {
+    C(m, n) +=! A(m, k) * B(k, n)
+    Y(m, n) = 0.5 * (C(m, n) + bias(n)) * (1.0 + erf((C(m, n) + bias(n)) * 0.70710678118654752))
+}"""
+
+
+@pytest.mark.needs_cc
+def test_a_compute_bound_reduction_keeps_its_vector_loop_beside_its_epilogue():
+    """Schedule quality: matmul's reduction is not fused into its GELU epilogue's loops
+    (that made k an innermost strided dot product, 40x slower); it keeps a simd loop and
+    C stays an array."""
+    rng = np.random.default_rng(9)
+    a, b = rng.random((64, 96), dtype=np.float32), rng.random((96, 80), dtype=np.float32)
+    bias = rng.random(80, dtype=np.float32)
+    kernel = polycomp.compile(GEMM_GELU)
+    got = kernel(a, b, bias)
+    x = a.astype(np.float64) @ b + bias
+    from math import erf
+    want = 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    source = kernel.c_source
+    assert "#pragma omp simd" in source and "float C[1]" not in source, source
