@@ -29,6 +29,10 @@ type is an integer (integer + * max min give the same bits in any order, with th
 two's-complement wrap-around the hardware gives; float reductions then keep their
 order). The extension must keep every dependence forward in the original order (it
 does for TC's statements, each a whole loop nest); when it does not, nothing is relaxed.
+
+After scheduling, ``annotate_simd_reductions`` records on each simd mark which statements
+reduce along its loop (the code generator accumulates exactly those per lane), and drops
+a simd mark whose accumulated values another statement touches in the same iteration.
 """
 
 from __future__ import annotations
@@ -95,7 +99,6 @@ def relax_reductions(program: Program, deps: Dependences, exact_fp: bool = False
             return deps  # a statement between the updates of one element: keep the order
     return replace(deps, flow=flow, anti=anti, output=output, reduction=chains,
                    reduction_elements=same)
-
 
 
 def annotate_simd_reductions(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
