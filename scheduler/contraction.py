@@ -26,12 +26,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import islpy as isl
+import numpy as np
 
 from polycomp import expr as E
 from polycomp import islutil as U
 from polycomp.ir import Array, Program, Statement
 
 from . import tree as T
+from .expansion import array_flow
 
 dim = isl.dim_type
 
@@ -125,18 +127,10 @@ def _contraction(program: Program, schedule: isl.Schedule, array: Array
 def _values_stay_inside(program: Program, name: str, prefix: isl.UnionMap) -> bool:
     """Every value of ``name`` is read in the iteration (of the loops in ``prefix``)
     that wrote it, and no read comes before every write."""
-    reads = U.union_map(r.intersect_domain(s.domain) for s in program.statements
-                        for r in s.reads if r.get_tuple_name(dim.out) == name)
-    writes = U.union_map(s.write.intersect_domain(s.domain) for s in program.statements
-                         if s.write.get_tuple_name(dim.out) == name)
-    info = (isl.UnionAccessInfo.from_sink(reads).set_must_source(writes)
-            .set_schedule_map(program.original_schedule).compute_flow())
-    if not info.get_may_no_source().is_empty():
+    flow, no_source = array_flow(program, name)
+    if not no_source.is_empty():
         return False
-    flow = info.get_may_dependence()
-    same = prefix.apply_range(prefix.reverse())
-    return flow.is_subset(same)
-
+    return flow.is_subset(prefix.apply_range(prefix.reverse()))
 
 def _dimension(m: isl.Map, k: int) -> isl.Map:
     n = m.dim(dim.out)
@@ -151,9 +145,7 @@ def _bounds(image: isl.Set) -> tuple[int, int] | None:
 
 
 def _itemsize(dtype: str) -> int:
-    import numpy as np
     return np.dtype(dtype).itemsize
-
 
 def _rewrite(s: Statement, name: str, kept: list[int], lows: list[int]) -> Statement:
     """``s`` with every access to ``name`` indexed by the kept dimensions, shifted."""

@@ -72,7 +72,7 @@ def _expand_array(program: Program, array: Array) -> Program:
                 if _writes(s, array.name) or any(_names(r) == array.name for r in s.reads)]
     if not touching:
         return program
-    flow, no_source = _flow(program, array.name)
+    flow, no_source = array_flow(program, array.name)
     ranges = _live_ranges(touching, flow)
     if len(ranges) == 1 and not _spans_inner_loop(program, ranges[0]):
         return program
@@ -111,7 +111,7 @@ def _writes(s: Statement, name: str) -> bool:
     return _names(s.write) == name
 
 
-def _flow(program: Program, name: str) -> tuple[isl.UnionMap, isl.UnionMap]:
+def array_flow(program: Program, name: str) -> tuple[isl.UnionMap, isl.UnionMap]:
     """Value-based flow dependences through array ``name`` and its reads with no write
     before them, under the original schedule."""
     reads = U.union_map(r.intersect_domain(s.domain) for s in program.statements

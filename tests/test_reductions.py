@@ -97,20 +97,25 @@ def test_reordered_reduction_is_legal_by_default_and_refused_under_exact_fp():
         polycomp.compile(MATMUL, scheduler="custom", schedule=reversed_k, exact_fp=True)(a, b)
 
 
-@pytest.mark.needs_cc
-def test_a_parallel_mark_on_a_reduction_loop_is_refused():
-    tree = """domain: "{ S0[m, n]; S1[m, n, k] }"
+def matmul_tree_with_mark_on_k(mark: str) -> str:
+    """A hand-written tree for MATMUL: bands (m, n), then ``mark`` over the band k."""
+    return f"""domain: "{{ S0[m, n]; S1[m, n, k] }}"
 child:
   sequence:
-  - filter: "{ S0[m, n] }"
-  - filter: "{ S1[m, n, k] }"
+  - filter: "{{ S0[m, n] }}"
+  - filter: "{{ S1[m, n, k] }}"
     child:
-      schedule: "[{ S1[m, n, k] -> [(m)] }, { S1[m, n, k] -> [(n)] }]"
+      schedule: "[{{ S1[m, n, k] -> [(m)] }}, {{ S1[m, n, k] -> [(n)] }}]"
       child:
-        mark: "omp_parallel"
+        mark: "{mark}"
         child:
-          schedule: "[{ S1[m, n, k] -> [(k)] }]"
+          schedule: "[{{ S1[m, n, k] -> [(k)] }}]"
 """
+
+
+@pytest.mark.needs_cc
+def test_a_parallel_mark_on_a_reduction_loop_is_refused():
+    tree = matmul_tree_with_mark_on_k("omp_parallel")
     kernel = polycomp.compile(MATMUL, scheduler="custom", schedule=tree)
     with pytest.raises(IllegalScheduleError, match="carries"):
         kernel(np.ones((3, 4), np.float32), np.ones((4, 2), np.float32))
@@ -225,18 +230,7 @@ def test_exact_fp_keeps_reductions_scalar_and_bit_exact():
 def test_a_simd_mark_on_a_reduction_loop_accumulates_per_lane():
     """A hand-written tree with the simd mark on k (the reduction loop of matmul) is
     legal: codegen keeps C(m, n) in a local reduced across the lanes."""
-    tree = """domain: "{ S0[m, n]; S1[m, n, k] }"
-child:
-  sequence:
-  - filter: "{ S0[m, n] }"
-  - filter: "{ S1[m, n, k] }"
-    child:
-      schedule: "[{ S1[m, n, k] -> [(m)] }, { S1[m, n, k] -> [(n)] }]"
-      child:
-        mark: "omp_simd"
-        child:
-          schedule: "[{ S1[m, n, k] -> [(k)] }]"
-"""
+    tree = matmul_tree_with_mark_on_k("omp_simd")
     rng = np.random.default_rng(7)
     a, b = rng.random((5, 37), dtype=np.float32), rng.random((37, 6), dtype=np.float32)
     kernel = polycomp.compile(MATMUL, scheduler="custom", schedule=tree)
