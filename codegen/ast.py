@@ -15,7 +15,7 @@ one of three instances through):
   ``S'[i, k'] : k = 2k' + 1``), and each statement call is written back in the original
   iterators (``S(c0, 2 * c1 + 1)``) from the build's schedule, as PPCG writes accesses;
 - the finished AST is read back (codegen/verify.py) and must run every instance of the
-  schedule's domain exactly once. When it does not, or isl fails, the AST is generated
+  schedule's domain exactly once, and every dependence forward. When it does not, or isl fails, the AST is generated
   again in a simpler way (band members "separate", then the flat schedule map, which
   drops the marks); when no way passes, ASTRejected (an InternalError naming the codegen
   stage) sends polycomp/driver.py to the original loop order, with a warning.
@@ -39,8 +39,10 @@ from .verify import (EXACT_SECONDS, PARAMETRIC_EXACT_OPERATIONS, ASTRejected,
 LOOP_MARKS = (T.MARK_PARALLEL, T.MARK_SIMD)
 
 
-def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
-    """isl's AST for ``schedule``, checked to run each instance of its domain once.
+def build_ast(program: Program, schedule: isl.Schedule,
+              ordered: isl.UnionMap | None = None) -> isl.AstNode:
+    """isl's AST for ``schedule``, checked to run each instance of its domain once and
+    every dependence in ``ordered`` (the program's, source -> sink) forward.
 
     Tries the tree as it is (strides compacted) first; when isl fails on it or its AST
     does not pass the check, the tree with every band member generated "separate", then
@@ -65,7 +67,7 @@ def build_ast(program: Program, schedule: isl.Schedule) -> isl.AstNode:
         try:
             node = attempt(program.context, schedule, compact)
             exact = check_ast(node, domain, program.params, program.context, program.name,
-                              budget)
+                              budget, ordered)
             if exact or not program.params:
                 return node
             # a parametric AST whose exact check ran out of budget is not trusted: its

@@ -100,7 +100,10 @@ def entry_name(program: Program) -> str:
     return "polycomp_" + c_name(program.name)
 
 
-def generate_c(program: Program, schedule: isl.Schedule, options: Options) -> Source:
+def generate_c(program: Program, schedule: isl.Schedule, options: Options,
+               ordered: isl.UnionMap) -> Source:
+    """The C file for ``schedule``; ``ordered``, the dependences the schedule was checked
+    against, is what its AST must keep forward (codegen/verify.py)."""
     helpers = Helpers()
     names = {p: c_name(p) for p in program.params}
     arguments = _arguments(program)
@@ -108,7 +111,7 @@ def generate_c(program: Program, schedule: isl.Schedule, options: Options) -> So
     scratch = [a for a in program.arrays if a.role == "scratch"]
     emitter.outline_arguments = arguments + tuple(
         CArgument("array", a.name, CTYPES[a.dtype], a.dtype) for a in scratch)
-    ast = build_ast(program, schedule)
+    ast = build_ast(program, schedule, ordered)
     body = emitter._scoped(lambda: emitter.emit(ast))
     signature = c.FunctionDeclaration(
         c.Value("int", entry_name(program)),

@@ -16,6 +16,13 @@ statement's domain, every instance once: each node's map is injective and the im
 a statement's nodes are disjoint and cover its domain. Any failure is an InternalError
 naming the codegen stage. Expressions are read exactly (floor division, remainders,
 min/max, conditionals); the whole check costs a few isl set operations per AST node.
+
+Running every instance once is not enough: isl has also put a statement of a degenerate
+band member (its value fixed by the loops around it) before one it depends on (fuzz case
+1212:1649). So the AST's own execution order is read back too: a call's place is its
+loops' values and the textual positions ``[p0, c0, p1, c1, ..., pd]`` (``pk``: its
+position, or its loop's, among the loops and calls of the body at depth k), and every
+dependence given to the check must go forward in that order.
 """
 
 from __future__ import annotations
@@ -144,30 +151,43 @@ def executed_instances(node: isl.AstNode, params: tuple[str, ...],
                        context: isl.Set) -> list[isl.Map]:
     """One map per user node of the AST: its loop iterators' values -> the statement
     instance it runs (domains in different spaces: one per loop depth)."""
+    return [user.instances for user in _user_nodes(node, params, context)]
+
+
+def _user_nodes(node: isl.AstNode, params: tuple[str, ...],
+                context: isl.Set) -> list[_UserNode]:
     where = isl.Set.universe(isl.Space.create_from_names(isl.DEFAULT_CONTEXT, set=[],
                                                          params=list(params)))
     scope = _Scope(params, (), where.intersect_params(context))
-    found: list[isl.Map] = []
-    _walk(node, scope, found)
+    found: list[_UserNode] = []
+    _walk(node, scope, found, (), [0])
     return found
 
 
-def _walk(node: isl.AstNode, scope: _Scope, found: list[isl.Map]) -> None:
+def _walk(node: isl.AstNode, scope: _Scope, found: list, outer: tuple[int, ...],
+          position: list[int]) -> None:
+    """``outer``: the positions of the loops around; ``position``: a counter of the
+    loops and calls met so far in the innermost loop's body (text order is run order
+    for the same loop values; the two branches of an if never run for the same ones)."""
     kind = node.get_type()
     if kind == node_type.block:
         for child in U.to_list(node.block_get_children()):
-            _walk(child, scope, found)
+            _walk(child, scope, found, outer, position)
     elif kind == node_type.mark:
-        _walk(node.mark_get_node(), scope, found)
+        _walk(node.mark_get_node(), scope, found, outer, position)
     elif kind == node_type.if_:
         test = _Reader(scope).condition(node.if_get_cond())
-        _walk(node.if_get_then_node(), scope.restrict(test), found)
+        _walk(node.if_get_then_node(), scope.restrict(test), found, outer, position)
         if node.if_has_else_node():
-            _walk(node.if_get_else_node(), scope.restrict(test.complement()), found)
+            _walk(node.if_get_else_node(), scope.restrict(test.complement()), found, outer,
+                  position)
     elif kind == node_type.for_:
-        _walk(node.for_get_body(), _loop(node, scope), found)
+        position[0] += 1
+        _walk(node.for_get_body(), _loop(node, scope), found, outer + (position[0],), [0])
     elif kind == node_type.user:
-        found.append(_call(node.user_get_expr(), scope))
+        position[0] += 1
+        instances, function = _call(node.user_get_expr(), scope)
+        found.append(_UserNode(instances, function, outer + (position[0],)))
     else:
         raise _Unreadable(f"AST node {kind}")
 
@@ -217,7 +237,18 @@ def _shift(space: isl.Space, k: int, step: isl.Val) -> isl.MultiAff:
     return shift.set_aff(k, shift.get_aff(k).add_constant_val(step.neg()))
 
 
-def _call(call: isl.AstExpr, scope: _Scope) -> isl.Map:
+@dataclass(frozen=True)
+class _UserNode:
+    """One call of the AST: ``instances`` maps the loops' values (where it runs) to the
+    instance; ``function`` is the same as a function; ``positions`` says where it sits
+    (the positions of the loops around it, then its own, in text order)."""
+
+    instances: isl.Map
+    function: isl.PwMultiAff
+    positions: tuple[int, ...]
+
+
+def _call(call: isl.AstExpr, scope: _Scope) -> tuple[isl.Map, isl.PwMultiAff]:
     read = _Reader(scope)
     name = call.get_op_arg(0).get_id().get_name()
     values = [read.value(call.get_op_arg(j)) for j in range(1, call.get_op_n_arg())]
@@ -229,7 +260,17 @@ def _call(call: isl.AstExpr, scope: _Scope) -> isl.Map:
     for j, value in enumerate(values):
         out = isl.PwAff.var_on_domain(isl.LocalSpace.from_space(target), isl.dim_type.set, j)
         instances = instances & value.eq_map(out)
-    return instances
+    space = isl.Space.map_from_domain_and_range(scope.space(), target)
+    function = (isl.MultiPwAff.from_pw_aff_list(space, _pw_aff_list(values)) if values
+                else isl.MultiPwAff.zero(space))
+    return instances, isl.PwMultiAff.from_multi_pw_aff(function)
+
+
+def _pw_aff_list(values: list[isl.PwAff]) -> isl.PwAffList:
+    out = isl.PwAffList.alloc(isl.DEFAULT_CONTEXT, len(values))
+    for value in values:
+        out = out.add(value)
+    return out
 
 
 # isl operations for the exact half of the check (each node injective, the images
@@ -242,24 +283,31 @@ EXACT_OPERATIONS = 2_000_000
 # A parametric AST is trusted only once its exact half has passed (codegen/ast.py), so
 # it gets more: isl's tiled parametric matmul needs about 20M (a few seconds)
 PARAMETRIC_EXACT_OPERATIONS = 32_000_000
+# isl operations for the order check (every dependence forward in the AST), counted
+# apart from the rest of the exact half
+ORDER_OPERATIONS = 2_000_000
 # seconds the exact half may take whatever its operation count (tiled parametric matmul:
 # a few seconds)
 EXACT_SECONDS = 20.0
 
 
 def check_ast(node: isl.AstNode, domain: isl.UnionSet, params: tuple[str, ...],
-              context: isl.Set, what: str, exact_budget: int | None = None) -> bool:
-    """Raise an InternalError unless ``node`` runs every instance of ``domain`` once.
-    Returns False when the exact half ran out of its budget (``exact_budget`` isl
-    operations, EXACT_OPERATIONS by default; only the cheap half ran)."""
+              context: isl.Set, what: str, exact_budget: int | None = None,
+              ordered: isl.UnionMap | None = None) -> bool:
+    """Raise an InternalError unless ``node`` runs every instance of ``domain`` once and,
+    when ``ordered`` (dependences, source -> sink) is given, each source before its sink.
+    Returns False when the exact half (every instance once, then the order) ran out of
+    its budget (``exact_budget`` isl operations, EXACT_OPERATIONS by default; only the
+    cheap half ran)."""
     try:
-        maps = U.within_operations(READBACK_OPERATIONS,
-                                   lambda: executed_instances(node, params, context))
+        nodes = U.within_operations(READBACK_OPERATIONS,
+                                    lambda: _user_nodes(node, params, context))
     except _Unreadable as exc:
         raise InternalError(f"codegen: cannot read back the isl AST of '{what}': {exc}") from None
-    if maps is None:
+    if nodes is None:
         raise CheckOutOfBudget(f"codegen: reading back the isl AST of '{what}' took more than "
                                f"{READBACK_OPERATIONS} isl operations")
+    maps = [user.instances for user in nodes]
     domain = domain.intersect_params(context)
     parts = {part.get_tuple_name(): part for part in U.to_list(domain.get_set_list())}
     for instances in maps:  # the cheap half: no projection, no division to compute
@@ -272,16 +320,21 @@ def check_ast(node: isl.AstNode, domain: isl.UnionSet, params: tuple[str, ...],
                                 f"outside its domain: {outside.range().coalesce()}")
 
     def exact() -> bool:
-        _check_exact(maps, parts, what)
+        if U.within_operations(exact_budget or EXACT_OPERATIONS,
+                               lambda: _check_exact(maps, parts, what) or True) is None:
+            return False
+        if ordered is not None and U.within_operations(
+                ORDER_OPERATIONS,
+                lambda: _check_order(nodes, ordered.intersect_params(context), what)
+                or True) is None:
+            return False
         return True
 
     # isl's operation count does not bound every operation's time (fuzz case 8484:190:
     # one subset test of a parametric nest ran for minutes within its budget), so the
     # exact half runs in a child process under a time limit as well
-    budget = exact_budget or EXACT_OPERATIONS
     try:
-        done = call_in_time_limit(lambda: bool(U.within_operations(budget, exact)),
-                                  EXACT_SECONDS)
+        done = call_in_time_limit(exact, EXACT_SECONDS)
     except TimeoutError:
         return False
     return bool(done)
@@ -300,6 +353,76 @@ def _check_exact(maps: list[isl.Map], parts: dict[str, isl.Set], what: str) -> N
         images.setdefault(name, []).append(instances.range().compute_divs().coalesce())
     for name, part in parts.items():
         _check_cover(part, images.get(name, []), what)
+
+
+def _check_order(nodes: list[_UserNode], ordered: isl.UnionMap, what: str) -> None:
+    """Every dependence of ``ordered`` runs source first in the AST.
+
+    For each pair of calls (a, b) and the dependences between their statements, the
+    pairs of loop values (x, y) with a(x) -> b(y) a dependence are found by substituting
+    the calls into it (no projection: cheap), then compared the way the AST orders them:
+    level by level, the textual positions first (a loop or call earlier in the same body
+    runs first for the same outer loop values), then, inside a loop both sit in, its
+    iterator (loops count upwards)."""
+    by_pair: dict[tuple[str, str], isl.Map] = {}
+    for dep in U.maps_of(ordered):
+        by_pair[dep.get_tuple_name(isl.dim_type.in_), dep.get_tuple_name(isl.dim_type.out)] = dep
+    hulls_of = {id(user): isl.Set.from_basic_set(user.instances.domain().simple_hull())
+                for user in nodes}
+    for a in nodes:
+        source = a.instances.get_tuple_name(isl.dim_type.out)
+        for b in nodes:
+            dep = by_pair.get((source, b.instances.get_tuple_name(isl.dim_type.out)))
+            if dep is None or _first_runs_first(a.positions, b.positions):
+                continue
+            pairs = (dep.preimage_domain_pw_multi_aff(a.function)
+                     .preimage_range_pw_multi_aff(b.function))
+            # first with the hulls of where the calls run (a superset: cheap, and most
+            # often already empty), then exactly
+            hulls = (pairs.intersect_domain(hulls_of[id(a)])
+                     .intersect_range(hulls_of[id(b)]))
+            if _backwards(hulls, a.positions, b.positions) is None:
+                continue
+            pairs = (pairs.intersect_domain(a.instances.domain())
+                     .intersect_range(b.instances.domain()))
+            backwards = _backwards(pairs, a.positions, b.positions)
+            if backwards is not None:
+                example = (backwards.apply_domain(a.instances).apply_range(b.instances)
+                           .coalesce())
+                raise InternalError(f"codegen: isl's AST for '{what}' runs a dependence "
+                                    f"backwards: {example} (the sink runs first)")
+
+
+def _first_runs_first(first: tuple[int, ...], second: tuple[int, ...]) -> bool:
+    """Whether the call at ``first`` runs all its instances before the one at ``second``
+    (they sit in different outermost loops or calls, in that order)."""
+    return first[0] < second[0]
+
+
+def _backwards(pairs: isl.Map, first: tuple[int, ...], second: tuple[int, ...]) -> isl.Map | None:
+    """The pairs (x, y) for which the call at ``second`` runs y no later than the call
+    at ``first`` runs x; None when there are none. The calls share the loops of the
+    levels where their positions agree; on the first level where they do not (or when
+    they are the same call) the text decides."""
+    shared = 0
+    while (shared < min(len(first), len(second)) - 1 and first[shared] == second[shared]):
+        shared += 1
+    universe = isl.Map.universe(pairs.get_space())
+    local = isl.LocalSpace.from_space(pairs.get_space())
+    late = isl.Map.empty(pairs.get_space())
+    equal = universe
+    for k in range(shared):  # equal on the outer loops, y's iteration before x's here
+        x_minus_y = (isl.Constraint.inequality_alloc(local)
+                     .set_coefficient_val(isl.dim_type.in_, k, 1)
+                     .set_coefficient_val(isl.dim_type.out, k, -1).set_constant_val(-1))
+        late = late | equal.add_constraint(x_minus_y)
+        equal = equal.add_constraint(isl.Constraint.equality_alloc(local)
+                                     .set_coefficient_val(isl.dim_type.in_, k, 1)
+                                     .set_coefficient_val(isl.dim_type.out, k, -1))
+    if first == second or first[shared] > second[shared]:
+        late = late | equal
+    found = pairs & late
+    return None if found.is_empty() else found
 
 
 def _check_cover(part: isl.Set, images: list[isl.Set], what: str) -> None:

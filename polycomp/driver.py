@@ -65,7 +65,7 @@ def compile_program(program: Program, options: Options) -> Compiled:
     schedule = annotate_simd_reductions(schedule, deps)
     try:
         contracted, marked = contract_temporaries(program, schedule)
-        source = generate_in_time_limit(contracted, marked, options)
+        source = generate_in_time_limit(contracted, marked, options, deps)
         program, schedule = contracted, marked
     except ASTRejected as exc:
         # no AST of the optimised schedule was shown right (isl's generator lost instances
@@ -74,7 +74,7 @@ def compile_program(program: Program, options: Options) -> Compiled:
         warnings.warn(f"{exc}; '{program.name}' compiled in the original loop order instead",
                       SchedulerFallbackWarning, stacklevel=4)
         schedule = schedule_original(program, deps, options)
-        source = generate_in_time_limit(program, schedule, options)
+        source = generate_in_time_limit(program, schedule, options, deps)
     return Compiled(program, deps, schedule, source)
 
 
@@ -83,13 +83,13 @@ def compile_program(program: Program, options: Options) -> Compiled:
 CODEGEN_SECONDS = 40.0
 
 
-def generate_in_time_limit(program: Program, schedule: isl.Schedule,
-                           options: Options) -> Source:
+def generate_in_time_limit(program: Program, schedule: isl.Schedule, options: Options,
+                           deps: Dependences) -> Source:
     """``generate_c`` in a forked child under CODEGEN_SECONDS (isl's operation budget
     does not stop its AST generator); past it, ASTRejected."""
     try:
-        source = call_in_time_limit(lambda: generate_c(program, schedule, options),
-                                    CODEGEN_SECONDS)
+        source = call_in_time_limit(
+            lambda: generate_c(program, schedule, options, deps.all()), CODEGEN_SECONDS)
     except TimeoutError:
         raise ASTRejected(f"codegen: generating the code of '{program.name}' took more than "
                           f"{CODEGEN_SECONDS:g} s") from None
@@ -130,5 +130,6 @@ def emit(compiled: Compiled, what: str) -> str:
         return format_program(compiled.program)
     if what == "ast":
         from .codegen.ast import build_ast
-        return build_ast(compiled.program, compiled.schedule).to_C_str()
+        return build_ast(compiled.program, compiled.schedule,
+                         compiled.dependences.all()).to_C_str()
     raise ValueError(what)

@@ -188,6 +188,23 @@ def test_instances_run_twice_or_never_are_caught():
                   domain, (), UNIVERSE, "two loops")
 
 
+def test_an_ast_that_runs_a_dependence_backwards_is_caught():
+    """Each instance once is not enough: the order is read back too (fuzz 1212:1649)."""
+    domain = isl.UnionSet("{ S[i] : 0 <= i < 4; T[i] : 0 <= i < 4 }")
+    chain = isl.UnionMap("{ S[i] -> S[i + 1] : 0 <= i < 3; S[i] -> T[i] : 0 <= i < 4 }")
+    forward = "{ S[i] -> [i, 0] : 0 <= i < 4; T[i] -> [i, 1] : 0 <= i < 4 }"
+    assert check_ast(_ast_of_map(forward), domain, (), UNIVERSE, "ok", ordered=chain)
+    with pytest.raises(InternalError, match="backwards: { S\\[x0\\] -> S\\[x0' = 1 \\+ x0\\]"):
+        check_ast(_ast_of_map("{ S[i] -> [3 - i, 0] : 0 <= i < 4; T[i] -> [4, i] : 0 <= i < 4 }"),
+                  domain, (), UNIVERSE, "reversed", ordered=chain)
+    with pytest.raises(InternalError, match="backwards: { S\\[x0\\] -> T\\["):
+        check_ast(_ast_of_map("{ S[i] -> [i, 1] : 0 <= i < 4; T[i] -> [i, 0] : 0 <= i < 4 }"),
+                  domain, (), UNIVERSE, "swapped", ordered=chain)
+    # the same ASTs with no dependence to keep: nothing to object to
+    check_ast(_ast_of_map("{ S[i] -> [i, 1] : 0 <= i < 4; T[i] -> [i, 0] : 0 <= i < 4 }"),
+              domain, (), UNIVERSE, "free")
+
+
 def test_an_isl_failure_in_codegen_is_an_internal_error(monkeypatch):
     def refuse(*_):
         raise isl.Error("call to isl_ast_build_node_from_schedule failed: unknown divs")

@@ -28,6 +28,11 @@ the fuzzer runs it: the C built by ``gcc -O0`` is the oracle, integers bit for b
 * 1212:2311 -- isl printed the subtree of a contracted temporary's mark in three pieces,
   each with its own local array: the reduction's value never reached its consumer. The
   local is now declared once, at the top of the innermost loop body around the mark.
+* 1212:1649 -- isl's schedule, specialised at N = 3, tiled: below the tiles a one-member
+  band ``[S3 1; S4 l; S5 5 - k - l]`` whose value the outer loops fix; isl's AST ran
+  S3(0, 4, 1) before S5(0, 3, 3, 2), which the tree orders the other way and which S3
+  reads from. Every instance ran once, so the AST check passed; it now reads back the
+  AST's execution order too and requires every dependence to go forward in it.
 """
 
 from __future__ import annotations
@@ -271,3 +276,46 @@ def test_reductions_and_locals_under_guards_agree_with_the_original_order(case, 
     for w, g in zip(want if isinstance(want, tuple) else [want],
                     got if isinstance(got, tuple) else [got]):
         np.testing.assert_array_equal(g, w)
+
+
+FUZZ_1212_1649 = """void kern(int N, int a0, signed char A[3 * N + 10][3 * N + 10], short B[2 * N + 6][2 * N + 10][N + 13], unsigned char C[2 * N + 16], int D[2 * N + 5][2 * N + 9][2 * N + 5]) {
+  for (int i = 0; i < N - 1; i++) {
+    A[(i) % 2 + 5][2 * i + 2] += ((-((-A[i + 7][2 * i + 4]) * ((i) / 2 != 2 * i + 1 || i + 1 != 4 ? 8 : A[-i + 3][2 * i + 2])))) % 1009;
+    for (int j = i; j < 3 + 2; j++) {
+      B[i][2 * j + 1][N - j + 4] += (((short) ((-j) * ((i) % 3 == 1 ? j : D[-i + 4][i - j + 4][j])))) % 97;
+      A[-i + j + 5][j + 2] = (((((j) % 2 != 0 ? 1 : D[-j + 4][(j + 2) % 3 + 6][2 * i]) * (N < A[N - j + 4][2 * i + 2] ? A[N - j + 4][2 * i + 2] : j)) == 1 ? 1 : C[-i + 6])) % 1009;
+      for (int k = 1; k < N + 1; k += 2) {
+        A[i + 6][j - k + 5] = (((short) (-j)) + ((int) (C[(k + 1) % 3 + 5] - C[j - k + 5])));
+        if ((k + 1) % 2 != 1) {
+          for (int l = N - 1; l >= 1; l--) {
+            C[i + 6] -= (-((k + l + 1) / 3 >= 2 ? (7 * B[N - l - 1][k + l - 2][N - l + 4]) : (A[i + 7][2 * k + l + 3] >= C[i + N + 7] ? C[i + N + 7] : A[l + 7][k + l + N + 2])));
+          }
+          if ((j + k + 2) / 2 > i - 1) {
+            for (int l = 0; l < 3 + 2; l++) {
+              C[k + l + 3] = A[2 * i + N + 5][l + 5];
+            }
+            C[2 * j + 2 * k + 7] *= (N * ((short) (A[2 * i + 5][j + k + 5] - B[j + k + 1][j + 2 * k][2 * j - k + 5])));
+          } else {
+            A[N - k + 4][j + 2 * k + 3] = (((k + B[2 * k - 2][j + k + 2][(i + 2) / 2 + 5]) % 3) >= 2 ? 2 : D[2 * k + 4][j + 2 * k + 4][i + 4]);
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("cflags", [["-O0"], None])
+def test_isls_ast_that_runs_a_dependence_backwards_is_not_used(worker, cflags):
+    n = 3
+    args = [ArgSpec("N", "size", "int32", n), ArgSpec("a0", "scalar", "int32", -1),
+            ArgSpec("A", "array", "int8", shape=(19, 19)),
+            ArgSpec("B", "array", "int16", shape=(12, 16, 16)),
+            ArgSpec("C", "array", "uint8", shape=(22,)),
+            ArgSpec("D", "array", "int32", shape=(11, 15, 11))]
+    program = LoopCase(FUZZ_1212_1649, "kern", args, {"N": n})
+    options = {"scheduler": "isl"} | ({"cflags": cflags} if cflags else {})
+    outcome = worker.run(Case("loops", program, options, threads=1, seed=1212005285))
+    assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
