@@ -66,6 +66,7 @@ from polycomp.options import Options
 from polycomp.scheduler import tree as T  # mark names
 from polycomp.scheduler.contraction import MARK_LOCAL
 
+from . import promote
 from .ast import build_ast, expression_builder, loop_iterator
 from .cexpr import (ADD, ARG_CTYPES, CTYPES, PRIMARY, VECTOR_MATH, Helpers, Text, ValuePrinter,
                     ast_expr)
@@ -202,6 +203,11 @@ class _Emitter:
         self.vector_unsafe = False  # a reduction along it sits under one of them
         self.accumulators: dict[str, tuple[str, str, str]] = {}
         self.n_accumulators = 0
+        # in a nest whose reduction targets live in locals (codegen/promote.py): the nest,
+        # and target text -> (local, C type)
+        self.promotion: promote.Nest | None = None
+        self.promoted: dict[str, tuple[str, str]] = {}
+        self.n_promoted = 0
 
     def scratch_arrays(self, scratch: list) -> tuple[list[c.Generable], list[c.Generable]]:
         """Declarations of the kernel's scratch arrays (scheduler/expansion.py) and the
@@ -273,6 +279,13 @@ class _Emitter:
 
     def _for(self, node: isl.AstNode, pragma: str | None = None,
              outline: bool = False) -> c.Generable:
+        if pragma is None and not outline and self.promotion is None:
+            nest = promote.promotable(node, self.program, self.statements, self.scope,
+                                      self.vector_reductions)
+            if nest is not None:
+                promoted = self._promoted(node, nest)
+                if promoted is not None:
+                    return promoted
         it = node.for_get_iterator().get_id().get_name()
         self.scope.append(it)
         # below a parallel loop every thread runs its own iterations: no worksharing there
@@ -332,9 +345,46 @@ class _Emitter:
             + [c.Statement(f"{target} = {name}")
                for target, (name, _, _) in accumulators.items()]))
 
+    def _promoted(self, node: isl.AstNode, nest: promote.Nest) -> c.Generable | None:
+        """The nest at ``node`` with its reduction targets in local arrays, loaded
+        before it and stored after it (codegen/promote.py); None when the targets' texts
+        do not match promote's count of distinct targets (then nothing is promoted)."""
+        saved = self.promotion, self.promoted, self.n_promoted
+        self.promotion, self.promoted = nest, {}
+        try:
+            loop = self._for(node)
+            promoted = self.promoted
+        finally:
+            self.promotion, self.promoted, self.n_promoted = saved
+        if len(promoted) != nest.targets:
+            return None
+        self.n_promoted += len(promoted)
+        it, first, last = nest.iterator, nest.first, nest.last
+        # the targets are touched only when the nest runs at least once; its loops'
+        # bounds depend on the loops around it only (promote.py)
+        runs = " && ".join(
+            re.sub(rf"\b{re.escape(loop.for_get_iterator().get_id().get_name())}\b",
+                   self._expr(loop.for_get_init()).at(PRIMARY),
+                   self._expr(loop.for_get_cond()).code) for loop in nest.loops)
+        lanes = f"for (long {it} = {first}; {it} <= {last}; {it} += 1)"
+        load = " ".join(f"{local}[{it} - {first}] = {target};"
+                        for target, (local, _) in promoted.items())
+        store = " ".join(f"{target} = {local}[{it} - {first}];"
+                         for target, (local, _) in promoted.items())
+        return c.Block(
+            [c.Line(f"{ctype} {local}[{last - first + 1}];") for local, ctype in promoted.values()]
+            + [c.If(runs, c.Line(f"{lanes} {{ {load} }}")), loop,
+               c.If(runs, c.Line(f"{lanes} {{ {store} }}"))])
+
     def accumulator(self, stmt: Statement, target: str) -> str:
-        """The local that accumulates ``target`` in the enclosing simd loop, or
-        ``target`` itself when the statement is no reduction along that loop."""
+        """The local that accumulates ``target`` in the enclosing simd loop (or in the
+        promoted nest), or ``target`` itself when the statement is no reduction along
+        that loop."""
+        if self.promotion is not None and stmt.name in self.promotion.statements:
+            if target not in self.promoted:
+                self.promoted[target] = (f"polycomp_reg{self.n_promoted + len(self.promoted)}",
+                                         CTYPES[stmt.target.dtype])
+            return f"{self.promoted[target][0]}[{self.promotion.iterator} - {self.promotion.first}]"
         if (self.vector_loop is None or stmt.name not in self.vector_reductions
                 or stmt.reduction not in REDUCTION_CLAUSE):
             return target

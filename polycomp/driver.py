@@ -21,6 +21,7 @@ from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
 from .scheduler.budget import SchedulerFallbackWarning, call_in_time_limit
+from .scheduler.blocking import block_channels
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
 from .scheduler.reductions import annotate_simd_reductions, relax_reductions
@@ -51,6 +52,8 @@ def schedule_program(program: Program, deps: Dependences, options: Options) -> i
 
 def compile_program(program: Program, options: Options) -> Compiled:
     program.validate()
+    if options.block_channels and options.scheduler not in ("none", "custom"):
+        program = block_channels(program)
     if options.expand_scalars and options.scheduler != "none":
         program = expand_scalars(program)
     deps = relax_reductions(program, compute_dependences(program), options.exact_fp)

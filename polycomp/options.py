@@ -43,6 +43,11 @@ class Options:
                 give each live range of a local scalar its own array, expanded over
                 the loops around a reduction into it (scheduler/expansion.py), so that
                 schedulers other than "none" may reorder those loops.
+    block_channels
+                block a convolution's output channels by the vector width, its
+                weights packed to match (scheduler/blocking.py), so that the vector
+                loop runs along them (specialised programs; not for "none" or
+                "custom").
     exact_fp    keep every floating-point reduction in its original order (bit-for-bit
                 the unscheduled result); by default their loops may be reordered,
                 as TC and TVM do (scheduler/reductions.py). Integer reductions are
@@ -67,6 +72,7 @@ class Options:
     # about 20 us of work against the few us it takes to start and join two threads
     parallel_min_work: int = 20000
     expand_scalars: bool = True
+    block_channels: bool = True
     exact_fp: bool = False
     fusion: str = "smart"
     partition: tuple[tuple[str, ...], ...] | None = None
@@ -85,7 +91,7 @@ class Options:
         _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("fusion", self.fusion, FUSIONS)
         for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
-                     "vectorize", "expand_scalars", "exact_fp"):
+                     "vectorize", "expand_scalars", "block_channels", "exact_fp"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"option '{name}' must be True or False, "
                                   f"not {getattr(self, name)!r}")

@@ -182,6 +182,11 @@ class Kernel:
         from .scheduler.transforms import ScheduleEditor
 
         compiled = self._describe()
+        if self.options.block_channels and not compiled.program.params:
+            # the edit is of the statements as written: the blocked ones
+            # (scheduler/blocking.py) are the compiler's, and "custom" never blocks
+            base = Kernel(self.definition, self.options.with_(block_channels=False))
+            compiled = base.specialize(dict(compiled.program.sizes)).compiled
         edited = edit(ScheduleEditor(compiled.schedule, compiled.dependences))
         if not isinstance(edited, ScheduleEditor):
             raise TypeError("the edit must return the ScheduleEditor its transforms produce")

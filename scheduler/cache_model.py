@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -373,18 +373,22 @@ def innermost_candidate(refs: Sequence[Reference], members: Sequence[int]) -> in
 
 def unroll_candidates(refs: Sequence[Reference], innermost: int, members: Sequence[int],
                       extents: Sequence[int | None] | None = None,
-                      factor: int = 1) -> tuple[int, ...]:
+                      factor: int = 1, independent: Callable[[int], bool] | None = None
+                      ) -> tuple[int, ...]:
     """The members the intra-tile pass unrolls and jams around the ``innermost`` (vector)
     loop, best first: those along which some reference stays in place while it moves along
     the innermost one (loaded once in the vector loop, shared by every copy), at most
-    MAX_UNROLLED of them, and only members with at least ``factor`` values."""
+    MAX_UNROLLED of them, and only members with at least ``factor`` values. Members whose
+    copies are ``independent`` (they carry no dependence) come before the others: copies
+    along a reduction member update one accumulator one after the other, a chain as long
+    as the unroll, where conv's output rows and columns give one accumulator each."""
 
     def score(m: int) -> int:
         return sum(1 for r in refs if r.invariant(m) and not r.invariant(innermost))
 
     candidates = [m for m in members if m != innermost and score(m) > 0
                   and (extents is None or extents[m] is None or extents[m] >= factor)]
-    candidates.sort(key=lambda m: -score(m))
+    candidates.sort(key=lambda m: (independent is not None and not independent(m), -score(m)))
     return tuple(candidates[:MAX_UNROLLED])
 
 

@@ -318,7 +318,9 @@ def _add_unroll(node: isl.ScheduleNode, plan: Plan, refs: list[CM.Reference],
                 extents: list[int | None], loops: list[int], deps: isl.UnionMap,
                 factor: int, vector: VectorTest | None = None) -> Plan:
     c = plan.innermost
-    chosen = tuple(sorted(CM.unroll_candidates(refs, c, loops, extents, factor)))
+    chosen = tuple(sorted(CM.unroll_candidates(
+        refs, c, loops, extents, factor,
+        lambda m: carried_by_member(node, m, deps).is_empty())))
     # the copies isl writes: factor ** members per statement of the band. unroll=64 on
     # gemm's two members made 9.6 MB of C; past MAX_UNROLLED_COPIES fewer members are
     # unrolled, then by a smaller factor (the loop runs the same instances either way)

@@ -8,11 +8,14 @@ shapes, batch 1, float32) runs as polycomp's TC kernel (default options unless
 --scheduler), as a one-operator ONNX model in onnxruntime (``intra_op_num_threads`` =
 the thread count, sequential execution, all graph optimisations) and, where numpy has
 the operator, as numpy. polycomp's output is checked against onnxruntime's (and numpy's)
-before any time counts. Timing: one warm-up call each, then rounds that call every
-variant of the operator once, in turn, each after a 3 ms pause (so that the previous
-variant's spinning threads do not compete with it), until --budget seconds of rounds
-have passed (at least --min-rounds); each variant's time is its minimum over the rounds. The ratio column is
-onnxruntime's time over polycomp's (above 1: polycomp is faster).
+before any time counts. Timing: rounds that run every variant of the operator in turn,
+until --budget seconds of rounds have passed (at least --min-rounds). A variant's turn
+first waits until no other thread of this process is running (onnxruntime's idle
+workers spin for 10 to 30 ms after a run, libgomp's for microseconds: a variant timed
+beside the previous one's spinning worker gets half a core for its second thread),
+then makes one untimed call (its own workers awake, as in a serving loop) and times
+BATCH calls back to back; each variant's time is its minimum over all timed calls. The
+ratio column is onnxruntime's time over polycomp's (above 1: polycomp is faster).
 
 Writes ``operators.md``, ``operators.csv`` and ``operators.png`` to --out.
 """
@@ -65,7 +68,18 @@ def _progress(total: int):
         return Plain()
 
 
-SETTLE_S = 0.003  # longer than onnxruntime's and libgomp's default spin before sleeping
+SETTLE_MAX_S = 0.1  # the longest wait for the previous variant's threads to stop spinning
+BATCH = 3  # timed calls per turn, after one untimed call
+
+
+def settle() -> None:
+    """Wait (at most SETTLE_MAX_S) until this thread is the only running one of the
+    process: the previous variant's spinning workers have gone to sleep."""
+    from polycomp.threads import own_running_tasks
+
+    end = time.perf_counter() + SETTLE_MAX_S
+    while own_running_tasks() > 1 and time.perf_counter() < end:
+        time.sleep(0.001)
 
 
 def ort_session(model, threads: int):
@@ -132,12 +146,12 @@ def run_operator(op: defs.Operator, threads: list[int], scheduler: str | None, b
         for name, (call, t) in variants.items():
             if t is not None:
                 polycomp.set_num_threads(t)
-            # the previous variant's idle threads spin for a while after it returns
-            # (onnxruntime's pool and libgomp's both): let them settle before timing
-            time.sleep(SETTLE_S)
-            s = time.perf_counter()
+            settle()
             call()
-            best[name] = min(best[name], time.perf_counter() - s)
+            for _ in range(BATCH):
+                s = time.perf_counter()
+                call()
+                best[name] = min(best[name], time.perf_counter() - s)
         rounds += 1
         if rounds >= 10000:
             break
