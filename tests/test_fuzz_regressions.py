@@ -33,6 +33,9 @@ the fuzzer runs it: the C built by ``gcc -O0`` is the oracle, integers bit for b
   S3(0, 4, 1) before S5(0, 3, 3, 2), which the tree orders the other way and which S3
   reads from. Every instance ran once, so the AST check passed; it now reads back the
   AST's execution order too and requires every dependence to go forward in it.
+* 1313:854 -- parametric, 59 guarded calls of one statement: the new order check ran out
+  of its budget on the original order itself, the last fallback, and a valid program
+  became an InternalError. Past its budget the order is left unchecked.
 """
 
 from __future__ import annotations
@@ -318,4 +321,38 @@ def test_isls_ast_that_runs_a_dependence_backwards_is_not_used(worker, cflags):
     program = LoopCase(FUZZ_1212_1649, "kern", args, {"N": n})
     options = {"scheduler": "isl"} | ({"cflags": cflags} if cflags else {})
     outcome = worker.run(Case("loops", program, options, threads=1, seed=1212005285))
+    assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
+
+
+FUZZ_1313_854 = """void kern(int N, int M, unsigned char A[2 * N + 2 * M + 1], unsigned char B[M + 2][N + 5], long C[2 * N + M + 5], int D[2 * N + M + 1]) {
+  for (int i = 0; i < M; i += 3) {
+    for (int j = 0; j <= N - 1 - 1; j += 3) {
+      if (i - j + 2 != M - 2) {
+        if ((j) % 3 != 1) {
+          for (int k = j; k < N - j; k += 3) {
+            if (k >= M || (i) % 3 == 0) {
+              if ((k + M + 2) / 3 == 4 || j + k + 1 < N) {
+                C[-i + 4]++;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.mark.needs_cc
+def test_an_order_check_past_its_budget_is_no_error(worker):
+    n = m = 3
+    args = [ArgSpec("N", "size", "int32", n), ArgSpec("M", "size", "int32", m),
+            ArgSpec("A", "array", "uint8", shape=(2 * n + 2 * m + 1,)),
+            ArgSpec("B", "array", "uint8", shape=(m + 2, n + 5)),
+            ArgSpec("C", "array", "int64", shape=(2 * n + m + 5,)),
+            ArgSpec("D", "array", "int32", shape=(2 * n + m + 1,))]
+    program = LoopCase(FUZZ_1313_854, "kern", args, {"N": n, "M": m})
+    outcome = worker.run(Case("loops", program, {"parametric": True}, threads=1,
+                              seed=1313004793))
     assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
