@@ -36,6 +36,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import time
 
 from .errors import OptionError
 
@@ -156,10 +157,36 @@ def threads_for_call(requested: int, cpus: int | None = None,
     return max(1, min(requested, cpus - others))
 
 
+# seconds a reading of the load serves for: reading it (/proc/loadavg and a stat file
+# per thread of the process: onnxruntime's, libgomp's) took 45 us per call, a third of
+# a softmax at BERT's shape, while load from other processes changes on the scale of
+# their time slices (milliseconds)
+LOAD_CHECK_S = 0.02
+_last_check: tuple[float, int, int] | None = None  # (when, requested, threads used)
+
+
+def forget_load() -> None:
+    """Read the load again at the next call (tests that change it)."""
+    global _last_check
+    _last_check = None
+
+
+def _threads_now(requested: int) -> int:
+    """threads_for_call(requested), from a reading at most LOAD_CHECK_S old."""
+    global _last_check
+    now = time.monotonic()
+    if (_last_check is not None and now - _last_check[0] < LOAD_CHECK_S
+            and _last_check[1] == requested):
+        return _last_check[2]
+    use = threads_for_call(requested)
+    _last_check = (now, requested, use)
+    return use
+
+
 class call_threads:
     """``with call_threads():`` around a kernel call with parallel code: lowers this
     Python thread's OpenMP count for the call when the machine is busy
-    (threads_for_call), and restores it after."""
+    (threads_for_call, read at most every LOAD_CHECK_S), and restores it after."""
 
     __slots__ = ("requested",)
 
@@ -169,7 +196,7 @@ class call_threads:
             return
         gomp = _libgomp()
         requested = int(gomp.omp_get_max_threads())
-        use = threads_for_call(requested)
+        use = _threads_now(requested)
         if use != requested:
             gomp.omp_set_num_threads(ctypes.c_int(use))
             self.requested = requested

@@ -39,7 +39,9 @@ def dynamic():
     """Dynamic adjustment on for one test (the suite runs with it off: conftest.py)."""
     before_flag, before_count = threads.get_dynamic(), threads.get_max_threads()
     threads.set_dynamic(True)
+    threads.forget_load()
     yield
+    threads.forget_load()
     threads.set_dynamic(before_flag)
     polycomp.set_num_threads(before_count)
 
@@ -96,10 +98,27 @@ def test_busy_machine_runs_the_parallel_kernel_on_one_thread_and_restores(dynami
     assert gomp.set_calls == [1, 3]  # 1 thread for the call, then the request again
     assert threads.get_max_threads() == 3
     monkeypatch.setattr(threads, "running_tasks", lambda: 1)  # idle again
+    threads.forget_load()  # (a reading serves for LOAD_CHECK_S)
     b = np.zeros_like(a)
     kernel(a.shape[0], a.shape[1], a, b)
     np.testing.assert_array_equal(b, want)
     assert gomp.set_calls == [1, 3]  # nothing to change
+
+
+@pytest.mark.needs_cc
+def test_back_to_back_calls_read_the_load_once(dynamic, monkeypatch):
+    kernel = polycomp.compile_loops(SCALE, sizes={"n": 64, "m": 48}, parallel_min_work=0)
+    readings = []
+    monkeypatch.setattr(threads, "running_tasks", lambda: readings.append(1) or 1)
+    monkeypatch.setattr(threads, "LOAD_CHECK_S", 60.0)
+    polycomp.set_num_threads(2)
+    a = np.ones((64, 48))
+    for _ in range(5):
+        kernel(a.shape[0], a.shape[1], a, np.zeros_like(a))
+    assert len(readings) == 1
+    threads.forget_load()
+    kernel(a.shape[0], a.shape[1], a, np.zeros_like(a))
+    assert len(readings) == 2
 
 
 @pytest.mark.needs_cc
