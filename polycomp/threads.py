@@ -3,19 +3,21 @@
 Kernels link gcc's OpenMP runtime (libgomp); ``omp_set_num_threads`` called from the
 Python thread that calls kernels sets how many threads their parallel loops use.
 
-Waiting: by default libgomp's idle threads spin for a long while (300000 rounds) before
-they sleep. On a machine where other processes are busy, a spinning worker uses up its
-time slice, another process then holds the core for a whole slice, and every parallel
-region (every wavefront step, every barrier) waits milliseconds for that worker: with
-two more busy processes on 2 cores, trisolv at LARGE ran at 0.08x gcc's serial loop and
-doitgen at 0.39x. Threads that never spin (OMP_WAIT_POLICY=passive) fixed that (4.2x
-and 10x) but made each region cost a futex wake-up on a quiet machine: doitgen's 21000
-small regions went from 0.06 s to 1.3 s. A short spin (GOMP_SPINCOUNT=10000, some
-microseconds) keeps back-to-back regions as fast as spinning on a quiet machine (doitgen
-0.061 s) and still gives the core up long before a time slice ends (1.8x and 1.2x in
-the loaded run). So polycomp sets that unless the user chose a wait policy or a spin
-count; libgomp reads the variables once, when it is loaded, which is why this happens
-when polycomp is imported.
+Waiting: libgomp's idle threads spin a while before they sleep. A short spin
+(GOMP_SPINCOUNT=10000, some microseconds) was polycomp's choice while nothing else kept
+a loaded machine from running parallel code on a core another process holds: a
+spinning worker then used up its time slice and every region waited for it (trisolv at
+LARGE at 0.08x gcc's serial loop beside two busy processes). Since each call now uses
+only the cores other processes leave free (below), the short spin mostly cost the quiet
+case: on this project's 2-vCPU machines a worker that slept between back-to-back calls
+took 0.1 to 0.3 ms to wake (softmax at BERT's shape: 0.35 ms median on 2 threads against
+0.13 ms on 1; with a 300000-round spin, libgomp's own default, 0.10 ms), while beside a
+busy process the long spin kept every kernel measured ahead of gcc's serial loop
+(trisolv 1.39x against 1.69x with the short spin, doitgen 6.98x against 6.94x, gemver
+2.89x against 3.89x). So polycomp sets GOMP_SPINCOUNT=300000 unless the user chose a
+wait policy or a spin count (explicitly: libgomp's default also depends on other
+settings); libgomp reads the variables once, when it is loaded, which is why this
+happens when polycomp is imported.
 
 Sharing the cores: a short spin is not enough where another process keeps a core busy.
 A static parallel loop gives that core's thread half the work, the thread then gets
@@ -41,7 +43,7 @@ import time
 from .errors import OptionError
 
 #: the environment polycomp sets for libgomp unless the user set either variable
-WAIT_ENVIRONMENT = {"GOMP_SPINCOUNT": "10000"}
+WAIT_ENVIRONMENT = {"GOMP_SPINCOUNT": "300000"}
 
 
 def prefer_short_spinning(environ: dict[str, str] | None = None) -> bool:
