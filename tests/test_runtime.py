@@ -178,3 +178,24 @@ def test_reused_temporaries_are_not_shared_by_concurrent_calls():
         t.join()
     for k in range(8):
         assert np.array_equal(results[k], np.full(n, k, np.float32)), k
+
+
+@pytest.mark.needs_cc
+def test_outputs_are_zeroed_only_where_the_kernel_leaves_elements_unwritten():
+    """An output written whole (and never read before written) is allocated without
+    zeroing (a pass over it per call); one with unwritten elements keeps its zeros."""
+    from polycomp import runtime
+
+    whole = polycomp.compile("def f(float(N) A) -> (B) { B(i) = A(i) * 2 where i in 0:N }")
+    part = polycomp.compile("def g(float(N) A) -> (B) { B(i) = A(i) * 2 where i in 1:N }")
+    summed = polycomp.compile("def h(float(N, K) A) -> (B) { B(i) +=! A(i, k) }")
+    a = np.ones(6, np.float32)
+    for _ in range(3):  # reused memory from earlier calls must not show through
+        np.testing.assert_array_equal(whole(a), [2] * 6)
+        np.testing.assert_array_equal(part(a * 5), [0] + [10] * 5)
+        np.testing.assert_array_equal(summed(np.ones((6, 3), np.float32)), [3] * 6)
+    verdicts = {}
+    for name, kernel in (("whole", whole), ("part", part), ("summed", summed)):
+        compiled = kernel._describe()
+        verdicts[name] = runtime._written_whole(compiled, compiled.program.array("B"))
+    assert verdicts == {"whole": True, "part": False, "summed": True}
