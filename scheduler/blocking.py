@@ -24,11 +24,11 @@ constant weights (the ONNX issue); it costs one pass over the weights per call h
 
 When it applies (otherwise the program is returned as it is): a "+" reduction over
 floats whose expression is the product of two accesses with plain iterators as the
-weights' and the target's indices; the blocked output dimension f is not the target's
-last, has an extent that is a multiple of the vector width, and does not occur in the
-other operand; the target's last dimension is no good vector loop (its extent not a
-multiple of the width, or a stride other than 1 in the other operand: matmul keeps its
-columns); the target is written only by this reduction and an init to 0 of the
+weights' and the target's indices; the blocked output dimension f has an extent that is
+a multiple of the vector width and does not occur in the other operand (dimensions both
+use, such as a batch, are packed along); the target's last dimension is no good vector
+loop (its extent not a multiple of the width, or an operand neither unit-stride nor
+invariant along it: matmul keeps its columns, Q K^T blocks them); the target is written only by this reduction and an init to 0 of the
 same elements that runs entirely before it, and read only after it; every domain
 involved is a box. The summation order of each output element is the original one
 (each T element starts from 0 and adds the same terms in the same order), so exact_fp
@@ -82,19 +82,18 @@ def _pattern(program: Program, s: Statement) -> tuple[Statement, E.Access, E.Acc
         if not _plain(weights) or weights.array == target.array:
             continue
         names = [i.name for i in weights.indices]
-        blocked = [n for n in names if n in outputs]
-        if len(blocked) != 1 or names.count(blocked[0]) != 1:
-            continue
-        if not set(names) - set(blocked) <= reduced:
+        # the blocked dimension: an output one of the weights' that the other operand
+        # does not use (batch dimensions that both use are packed along)
+        in_other = {n.name for n in E.walk(other) if isinstance(n, E.Iter)}
+        blocked = [n for n in names if n in outputs and n not in in_other]
+        if len(blocked) != 1 or names.count(blocked[0]) != 1 or len(set(names)) != len(names):
             continue
         f = blocked[0]
         p = outputs.index(f)
         low, high = box[s.iterators.index(f)]
-        if p == len(outputs) - 1 or low != 0 or (high + 1) % lanes or high + 1 < lanes:
+        if low != 0 or (high + 1) % lanes or high + 1 < lanes:
             continue
-        if any(isinstance(n, E.Iter) and n.name == f for n in E.walk(other)):
-            continue
-        if other.array == target.array or _good_vector_loop(s, other, box, lanes):
+        if other.array == target.array or _good_vector_loop(s, box, lanes):
             continue
         init = _init(program, s)
         if init is None:
@@ -103,23 +102,29 @@ def _pattern(program: Program, s: Statement) -> tuple[Statement, E.Access, E.Acc
     return None
 
 
-def _good_vector_loop(s: Statement, other: E.Access, box: list[tuple[int, int]],
-                      lanes: int) -> bool:
+def _good_vector_loop(s: Statement, box: list[tuple[int, int]], lanes: int) -> bool:
     """The target's last dimension makes a good vector loop already: whole vectors (its
-    extent a multiple of the width) with unit stride in the other operand too (matmul's
-    columns; not conv's 28-wide or strided rows)."""
+    extent a multiple of the width) along which both operands have unit stride or stay
+    in place (matmul's columns; not conv's 28-wide or strided rows, nor the transposed
+    operand of Q K^T)."""
     last = s.target.indices[-1].name
-    low, high = box[s.iterators.index(last)]
+    k = s.iterators.index(last)
+    low, high = box[k]
     if (high - low + 1) % lanes:
         return False
     space = s.domain.get_space()
-    k = s.iterators.index(last)
-    try:
-        index = U.affine(other.indices[-1], space)
-    except U.NotAffine:
-        return False
-    pieces = index.get_pieces()
-    return len(pieces) == 1 and pieces[0][1].get_coefficient_val(dim.in_, k).to_python() == 1
+    for operand in (s.expr.lhs, s.expr.rhs):
+        for d, index in enumerate(operand.indices):
+            try:
+                pieces = U.affine(index, space).get_pieces()
+            except U.NotAffine:
+                return False
+            if len(pieces) != 1:
+                return False
+            step = pieces[0][1].get_coefficient_val(dim.in_, k).to_python()
+            if step not in ((0, 1) if d == len(operand.indices) - 1 else (0,)):
+                return False
+    return True
 
 
 def _plain(access: E.Access) -> bool:

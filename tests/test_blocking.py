@@ -124,3 +124,20 @@ def test_blocked_conv_vectorises_the_channel_block_with_promoted_accumulators():
     # the blocked accumulator is loaded and stored around the reduction, not in it
     body = lines[loops[updates.index(max(updates))] + 2:]
     assert not any(re.match(r"O_blocked\[.*\] \+=", ln) for ln in body[:40])
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("scheduler", ["pluto", "isl"])
+def test_q_times_k_transposed_blocks_its_columns_per_batch(scheduler):
+    """S(b, m, n) += Q(b, m, k) * K(b, n, k): along n, K jumps by a row; n is blocked,
+    K packed per batch (b is an index of both operands)."""
+    source = ("def qk(float(B, M, D) Q, float(B, N, D) K) -> (S) {\n"
+              "  S(b, m, n) +=! Q(b, m, k) * K(b, n, k)\n}")
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((3, 5, 9)).astype(np.float32)
+    k = rng.standard_normal((3, 2 * LANES, 9)).astype(np.float32)
+    kernel = polycomp.compile(source, scheduler=scheduler)
+    assert blocked(kernel, {"B": 3, "M": 5, "D": 9, "N": 2 * LANES})
+    np.testing.assert_allclose(kernel(q, k), np.einsum("bmk,bnk->bmn", q.astype(np.float64),
+                                                       k.astype(np.float64)),
+                               rtol=1e-4, atol=1e-4)
