@@ -40,8 +40,10 @@ import islpy as isl
 
 from polycomp import expr as E
 from polycomp.ir import Program, Statement
+from polycomp.scheduler import tree as T
 
 from . import verify as V
+from .ast import loop_iterator
 
 node_type = isl.ast_node_type
 op = isl.ast_expr_op_type
@@ -115,8 +117,8 @@ def _vector_loop(body: isl.AstNode) -> isl.AstNode | None:
         return None
     name, _, depth = body.mark_get_id().get_name().partition("@")
     inner = body.mark_get_node()
-    if (name != "omp_simd" or not depth or inner.get_type() != node_type.for_
-            or inner.for_get_iterator().get_id().get_name() != f"c{depth}"):
+    if (name != T.MARK_SIMD or not depth or inner.get_type() != node_type.for_
+            or inner.for_get_iterator().get_id().get_name() != loop_iterator(int(depth))):
         return None
     return inner
 

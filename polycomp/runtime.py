@@ -4,7 +4,8 @@ A Kernel holds a frontend definition (its Interface and a ``lower(sizes)`` metho
 Options. On each call it checks the arguments (polycomp/arguments.py), and, by default,
 specialises the program to the argument sizes: compiled once per size set, then cached in
 memory (and on disk by polycomp/build.py). With ``parametric=True`` one library serves all
-sizes, which are passed as C arguments. Outputs are allocated here and returned.
+sizes, which are passed as C arguments. Outputs are allocated here and returned,
+zeroed only where the kernel leaves an element unwritten or reads one before writing it.
 """
 
 from __future__ import annotations
