@@ -25,7 +25,7 @@ from .build import build_library
 from .driver import Compiled, compile_program
 from .errors import (ArgumentError, CompilerError, IntegerDivisionError, InternalError,
                      PolycompError)
-from .ir import Interface, Program
+from .ir import Array, Interface, Program
 from .memory import aligned_empty, aligned_zeros, check_buffer
 from .options import Options
 from .scheduler.dependences import Dependences
@@ -291,7 +291,7 @@ class Kernel:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _written_whole(compiled: Compiled, array) -> bool:  # noqa: ANN001
+def _written_whole(compiled: Compiled, array: Array) -> bool:
     """Whether the statements with affine targets write every element of ``array`` for
     every size the program accepts (a data-dependent target counts for nothing), and no
     element is read before it is written (then the initial zeros are never seen)."""
