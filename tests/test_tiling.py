@@ -2,6 +2,7 @@
 schedule as a map, what is not tiled, wavefronts, sizes from the model, and tiled kernels
 against the original order."""
 
+import re
 import islpy as isl
 import numpy as np
 import pytest
@@ -357,3 +358,32 @@ def test_the_model_leaves_several_tiles_for_the_parallel_and_wavefront_loops():
                                    "{ S0[t, i] -> [(2t + i)] }"]).get_root().child(0)
     (sizes,) = tile_sizes(band, program, Options(), deps.all())
     assert 200 // sizes[0] >= 4 and 2397 // sizes[1] >= 4
+
+
+@pytest.mark.parametrize("size, extent, limit, want", [
+    (4, 12, 3, 3),     # 3 uneven tiles for the parallel loop -> 4 tiles of 3
+    (4, 4, 1, 4),      # rounded up to one whole tile: left whole (reuse kept)
+    (8, 64, 16, 8),    # within the limit
+    (8, 10, 2, 2),     # the largest divisor of 10 within 2
+    (6, 7, 1, 1),      # a prime extent: tiles of 1
+    (4, None, 2, 4),   # parametric extent: nothing to divide
+])
+def test_rounding_keeps_the_tiles_the_parallel_loop_asked_for(size, extent, limit, want):
+    from polycomp.scheduler.cache_model import _within_limit
+    assert _within_limit(size, extent, limit) == want
+
+
+@pytest.mark.needs_cc
+def test_batched_matmul_leaves_at_least_four_parallel_tiles():
+    """Schedule quality: 12 batches give the parallel loop 4 tiles (3 uneven ones before),
+    and the result still matches numpy."""
+    src = "def bmm(float(B, M, K) Q, float(B, K, N) Kt) -> (S) { S(b, m, n) +=! Q(b, m, k) * Kt(b, k, n) }"
+    kernel = polycomp.compile(src)
+    rng = np.random.default_rng(1)
+    q = rng.random((12, 64, 32), np.float32)
+    k = rng.random((12, 32, 64), np.float32)
+    np.testing.assert_allclose(kernel(q, k), q @ k, rtol=1e-4)
+    text = kernel.c_source
+    trips = [int(m) for m in re.findall(
+        r"#pragma omp parallel for\s*\n\s*for \(long c\d+ = 0; c\d+ <= (\d+);", text)]
+    assert trips and max(trips) + 1 >= 4, trips
