@@ -162,15 +162,10 @@ def _calls(node: isl.AstNode, found: list[isl.AstExpr]) -> bool:
 def _element_maps(calls: list[isl.AstExpr], called: list[Statement], program: Program,
                   iterators: tuple[str, ...]) -> list[tuple[str, isl.Map]] | None:
     """(array, loop values -> the element the call's statement updates) per call."""
-    space = isl.Space.create_from_names(isl.DEFAULT_CONTEXT, set=list(iterators),
-                                        params=list(program.params))
-    scope = V._Scope(tuple(program.params), iterators,
-                     isl.Set.universe(space).intersect_params(program.context))
     out = []
     for call, stmt in zip(calls, called):
-        try:
-            _, function = V._call(call, scope)
-        except V._Unreadable:
+        function = V.call_function(call, tuple(program.params), iterators, program.context)
+        if function is None:
             return None
         write = stmt.write.align_params(function.get_space())
         function = function.align_params(write.get_space())

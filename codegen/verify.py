@@ -266,6 +266,20 @@ def _call(call: isl.AstExpr, scope: _Scope) -> tuple[isl.Map, isl.PwMultiAff]:
     return instances, isl.PwMultiAff.from_multi_pw_aff(function)
 
 
+def call_function(call: isl.AstExpr, params: tuple[str, ...], iterators: tuple[str, ...],
+                  context: isl.Set) -> isl.PwMultiAff | None:
+    """A user node's call as a function of the loop ``iterators`` (outermost first) to
+    the statement instance it runs, read as the check reads it; None when the AST uses a
+    construct the reader does not model."""
+    space = isl.Space.create_from_names(isl.DEFAULT_CONTEXT, set=list(iterators),
+                                        params=list(params))
+    scope = _Scope(params, iterators, isl.Set.universe(space).intersect_params(context))
+    try:
+        return _call(call, scope)[1]
+    except _Unreadable:
+        return None
+
+
 def _pw_aff_list(values: list[isl.PwAff]) -> isl.PwAffList:
     out = isl.PwAffList.alloc(isl.DEFAULT_CONTEXT, len(values))
     for value in values:
