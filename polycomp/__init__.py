@@ -4,6 +4,7 @@ Public API:
     compile(source, entry=None, *, sizes=None, **options) -> Kernel     (Tensor Comprehensions)
     compile_loops(c_source, function=None, **options) -> Kernel         (affine C loop nests)
     compile_program(program, *, sizes=None, **options) -> Kernel        (a Program, e.g. from_isl)
+    compile_onnx(model, **options) -> polycomp.onnx.InferenceSession   (an ONNX model)
     Program.from_isl(...)                                               (the research door)
     set_num_threads(n)                                                  (OpenMP threads)
     set_dynamic(flag)                        (fewer threads while other processes are busy)
@@ -76,6 +77,15 @@ def compile_program(program: Program, *, sizes: Mapping[str, int] | None = None,
     return _finish(Kernel(ProgramDefinition(program), Options.create(**options)), sizes)
 
 
+def compile_onnx(model: object, **options: object):
+    """An ONNX model (a path, its bytes or an onnx.ModelProto) compiled by polycomp: an
+    ``InferenceSession`` with onnxruntime's interface (polycomp.onnx; needs the onnx
+    extra). ``options`` are Options fields."""
+    from .onnx import compile_onnx as _compile_onnx
+
+    return _compile_onnx(model, **options)
+
+
 class ProgramDefinition:
     """Adapts a ready Program to the runtime's Definition protocol."""
 
@@ -111,5 +121,5 @@ def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
     return kernel
 
 
-__all__ = ["compile", "compile_loops", "compile_program", "Kernel", "Options", "PolycompError", "Program",
+__all__ = ["compile", "compile_loops", "compile_onnx", "compile_program", "Kernel", "Options", "PolycompError", "Program",
            "set_dynamic", "set_num_threads"]

@@ -6,7 +6,9 @@ compiler is Options.cc, else $CC, else gcc. When the compiler is gcc, ``-fno-tre
 distribution`` follows the optimisation flags, the user's included: gcc 12.2's loop
 distribution moved a store above a load it feeds in polycomp's code (wrong results at
 -O3; reliability/gcc12_ldist_*.c), and a user asking for -O3 still wants right results.
-Only an explicit ``-ftree-loop-distribution`` among the user's flags keeps it on. Under
+Only an explicit ``-ftree-loop-distribution`` among the user's flags keeps it on. gcc 12
+also gets ``-mno-avx512vl`` (unless the user's flags name ``-mavx512vl``): its AVX-512VL
+masked loads in a vectorised select came out wrong (GCC12_AVX512VL_FLAGS). Under
 Options.exact_fp, ``-ffp-contract=off`` comes last: whether gcc fuses a multiply and an
 add into an FMA depends on the shape of the loop around them, so two schedules of the
 same program would otherwise round differently. Cache
@@ -38,6 +40,11 @@ from .options import Options
 DEFAULT_CFLAGS = ("-O3", "-march=native")
 REQUIRED_FLAGS = ("-fopenmp", "-fPIC", "-shared")
 GCC_SAFETY_FLAGS = ("-fno-tree-loop-distribution",)  # see the module docstring
+# gcc 12.2 vectorises `y = x < 0 ? s * x : x` over a 4x5 nest with AVX-512VL masked
+# loads that reuse the first mask for every load of s (wrong results at -O3 -march=native;
+# onnx's PRelu conformance case found it). Without the VL extension (256-bit ops then use
+# AVX2 encodings; 512-bit AVX-512F code is unchanged) the code is right.
+GCC12_AVX512VL_FLAGS = ("-mno-avx512vl",)
 NAME_LIMIT = 64  # characters of the entry name in cache file names
 
 
@@ -55,6 +62,9 @@ def compiler_command(options: Options) -> tuple[list[str], list[str]]:
         raise CompilerError("the C compiler command is empty", hint="set CC to e.g. gcc")
     if is_gcc(tuple(compiler)) and "-ftree-loop-distribution" not in flags:
         flags += GCC_SAFETY_FLAGS
+    if (is_gcc(tuple(compiler)) and gcc_major(tuple(compiler)) == 12
+            and not any(f.startswith("-mavx512vl") for f in flags)):
+        flags += GCC12_AVX512VL_FLAGS
     if options.exact_fp:
         flags.append("-ffp-contract=off")
     return compiler, flags
@@ -64,6 +74,13 @@ def is_gcc(compiler: tuple[str, ...]) -> bool:
     """Whether the compiler is gcc proper (clang also answers to __GNUC__, not to this)."""
     identity = compiler_identity(compiler)
     return "Free Software Foundation" in identity and "clang" not in identity.lower()
+
+
+def gcc_major(compiler: tuple[str, ...]) -> int | None:
+    """gcc's major version from its --version text ("gcc (Debian 12.2.0-14) 12.2.0")."""
+    first = compiler_identity(compiler).splitlines()[0] if compiler_identity(compiler) else ""
+    found = re.search(r"\)\s+(\d+)\.\d+", first)
+    return int(found.group(1)) if found else None
 
 
 @functools.lru_cache(maxsize=None)

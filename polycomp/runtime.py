@@ -145,11 +145,16 @@ class Kernel:
         variant = self._variants.get(key)
         if variant is None:
             program = self.definition.lower(None if self.options.parametric else dict(sizes))
-            compiled = compile_program(program, self.options)
+            compiled = self._compile(program)
             variant = Variant(compiled, load(compiled, self.options))
             self._variants[key] = variant
         self._last = variant.compiled
         return variant
+
+    def _compile(self, program: Program) -> Compiled:
+        """The pipeline for one lowered program (a subclass may cache it:
+        polycomp/compile_cache.py)."""
+        return compile_program(program, self.options)
 
     def _describe(self) -> Compiled:
         if self._last is not None:
@@ -234,7 +239,10 @@ class Kernel:
         self._plans[key] = plan
         return plan
 
-    def __call__(self, *args: object) -> object:
+    def __call__(self, *args: object, out: Mapping[str, np.ndarray] | None = None) -> object:
+        """Run on ``args``; ``out`` may give the buffers of some outputs (by name: C-
+        contiguous, of the output's shape and dtype), which are then written in place
+        (the ONNX session's arena) instead of freshly allocated."""
         bound = arguments.bind(self.name, self.interface, args)
         plan = self._plan(bound.sizes)
         variant = plan.variant
@@ -244,8 +252,20 @@ class Kernel:
             if isinstance(value, np.ndarray):
                 buffers[name] = value
         for name, shape, dtype, zero in plan.allocate:
-            if name not in buffers:
+            if name in buffers:
+                continue
+            given = None if out is None else out.get(name)
+            if given is None:
                 buffers[name] = (aligned_zeros if zero else aligned_empty)(shape, dtype)
+                continue
+            if (given.shape != tuple(shape) or given.dtype != np.dtype(dtype)
+                    or not given.flags.c_contiguous or not given.flags.writeable):
+                raise ArgumentError(f"kernel '{self.name}': the buffer given for output "
+                                    f"'{name}' is not a writable C-contiguous {dtype} array "
+                                    f"of shape {tuple(shape)}")
+            if zero:
+                given.fill(0)
+            buffers[name] = given
         # temporaries no caller sees: reused across calls; a set in use by another thread
         # (ctypes releases the GIL) is not on the free list, so that call gets its own
         spare = plan.spare_temporaries.pop() if plan.spare_temporaries else None

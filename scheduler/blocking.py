@@ -24,9 +24,11 @@ constant weights (the ONNX issue); it costs one pass over the weights per call h
 
 When it applies (otherwise the program is returned as it is): a "+" reduction over
 floats whose expression is the product of two accesses with plain iterators as the
-weights' and the target's indices; the blocked output dimension f has an extent that is
-a multiple of the vector width and does not occur in the other operand (dimensions both
-use, such as a batch, are packed along); the target's last dimension is no good vector
+weights' and the target's indices; the blocked output dimension f has an extent of at
+least the vector width and does not occur in the other operand (dimensions both use, such
+as a batch, are packed along); when the width does not divide f's extent, the last block
+is padded (zero weights in its extra lanes, which are computed but never unpacked) if
+that adds at most a third more work; the target's last dimension is no good vector
 loop (its extent not a multiple of the width, or an operand neither unit-stride nor
 invariant along it: matmul keeps its columns, Q K^T blocks them); the target is written only by this reduction and an init to 0 of the
 same elements that runs entirely before it, and read only after it; every domain
@@ -57,7 +59,10 @@ def block_channels(program: Program) -> Program:
     for stmt in program.statements:
         found = _pattern(program, stmt)
         if found is not None:
-            program = _blocked(program, stmt, *found)
+            try:
+                program = _blocked(program, stmt, *found)
+            except _NotAffineTime:
+                continue  # a padded block needs times for its extra lanes
     return program
 
 
@@ -91,7 +96,10 @@ def _pattern(program: Program, s: Statement) -> tuple[Statement, E.Access, E.Acc
         f = blocked[0]
         p = outputs.index(f)
         low, high = box[s.iterators.index(f)]
-        if low != 0 or (high + 1) % lanes or high + 1 < lanes:
+        # a last partial block is padded with zero weights: worth it while the padding
+        # costs at most a third more work (1000 classes: 1008 lanes; 24 channels: 32)
+        padded = -(-(high + 1) // lanes) * lanes
+        if low != 0 or high + 1 < lanes or 3 * padded > 4 * (high + 1):
             continue
         if other.array == target.array or _good_vector_loop(s, box, lanes):
             continue
@@ -196,10 +204,10 @@ def _blocked(program: Program, s: Statement, init: Statement, weights: E.Access,
     w_extents = w_array.extents()
     fw = [i.name for i in weights.indices].index(f)
     extents = out_array.extents()
-    packed_shape = ((w_extents[fw] // lanes,) + tuple(e for k, e in enumerate(w_extents) if k != fw)
+    blocks = -(-extents[p] // lanes)  # the last one padded when the width does not divide
+    packed_shape = ((blocks,) + tuple(e for k, e in enumerate(w_extents) if k != fw)
                     + (lanes,))
-    blocked_shape = (tuple(extents[:p]) + (extents[p] // lanes,) + tuple(extents[p + 1:])
-                     + (lanes,))
+    blocked_shape = tuple(extents[:p]) + (blocks,) + tuple(extents[p + 1:]) + (lanes,)
     new_arrays = (Array(packed_name, w_array.dtype, _shape(packed_shape), "temporary"),
                   Array(blocked_name, out_array.dtype, _shape(blocked_shape), "temporary"))
     index = E.INDEX_DTYPE
@@ -212,9 +220,14 @@ def _blocked(program: Program, s: Statement, init: Statement, weights: E.Access,
     p_iters = [fo] + [n for n in w_names if n != f] + [fi]
     p_box = dict(zip(s.iterators, _box(s.domain)))
     p_bounds = [(0, packed_shape[0] - 1)] + [p_box[n] for n in w_names if n != f] + [(0, lanes - 1)]
-    pack = _statement(_fresh(f"{s.name}_pack", stmts), p_iters, p_bounds,
-                      E.Access(packed_name, tuple(it(n) for n in p_iters), w_array.dtype),
-                      E.substitute(weights, {f: whole_f}), None)
+    packed_target = E.Access(packed_name, tuple(it(n) for n in p_iters), w_array.dtype)
+    pack = _statement(_fresh(f"{s.name}_pack", stmts), p_iters, p_bounds, packed_target,
+                      E.substitute(weights, {f: whole_f}), None, inside=(fo, fi, lanes, extents[p]))
+    pad = None
+    if blocks * lanes != extents[p]:  # zero weights in the padding lanes of the last block
+        pad = _statement(_fresh(f"{s.name}_pad", stmts), p_iters, p_bounds, packed_target,
+                         E.Const(0.0, w_array.dtype), None,
+                         outside=(fo, fi, lanes, extents[p]))
 
     # S0': blocked(... fo ..., fi) = 0 over the init's box, f split
     def split(names: list[str], bounds: list[tuple[int, int]]) -> tuple[list[str], list]:
@@ -249,12 +262,12 @@ def _blocked(program: Program, s: Statement, init: Statement, weights: E.Access,
                         E.Access(target.array, tuple(it(n) for n in out_names), target.dtype),
                         unpacked, None)
 
-    time = _new_times(program, s, init, pack, zero, reduce, unpack, f, fo, fi, lanes,
+    time = _new_times(program, s, init, pack, pad, zero, reduce, unpack, f, fo, fi, lanes,
                       rename_init)
     statements = []
     for t in program.statements:
         if t is init:
-            statements += [pack, zero]
+            statements += [pack] + ([pad] if pad is not None else []) + [zero]
         elif t is s:
             statements += [reduce, unpack]
         else:
@@ -273,12 +286,23 @@ def _shape(extents: tuple[int, ...]) -> tuple[isl.PwAff, ...]:
 
 def _statement(name: str, iterators: list[str], bounds: list[tuple[int, int]],
                target: E.Access, expr: E.Expr, reduction: str | None,
-               location=None) -> Statement:  # noqa: ANN001
+               location=None, inside: tuple | None = None,  # noqa: ANN001
+               outside: tuple | None = None) -> Statement:
+    """A statement over a box; ``inside``/``outside`` = (fo, fi, lanes, extent) keep
+    only the points with lanes * fo + fi below / not below the extent."""
     space = U.set_space(name, iterators, [])
     domain = isl.Set.universe(space)
     for k, (low, high) in enumerate(bounds):
         domain = domain.lower_bound_val(dim.set, k, isl.Val.int_from_si(U.CTX, low))
         domain = domain.upper_bound_val(dim.set, k, isl.Val.int_from_si(U.CTX, high))
+    for limit, keep_below in ((inside, True), (outside, False)):
+        if limit is not None:
+            fo, fi, lanes, extent = limit
+            whole = U.affine(E.Binary("add", E.Binary(
+                "mul", E.Const(lanes, E.INDEX_DTYPE), E.Iter(fo), E.INDEX_DTYPE),
+                E.Iter(fi), E.INDEX_DTYPE), space)
+            bound = U.affine(E.Const(extent, E.INDEX_DTYPE), space)
+            domain = domain & (whole.lt_set(bound) if keep_below else whole.ge_set(bound))
 
     def access_map(access: E.Access) -> isl.Map:
         return U.access_map(space, access.array, [U.affine(i, space) for i in access.indices])
@@ -291,8 +315,9 @@ def _statement(name: str, iterators: list[str], bounds: list[tuple[int, int]],
 
 
 def _new_times(program: Program, s: Statement, init: Statement, pack: Statement,
-               zero: Statement, reduce: Statement, unpack: Statement, f: str, fo: str,
-               fi: str, lanes: int, rename_init: dict[str, str]) -> isl.UnionMap:
+               pad: Statement | None, zero: Statement, reduce: Statement, unpack: Statement,
+               f: str, fo: str, fi: str, lanes: int, rename_init: dict[str, str]
+               ) -> isl.UnionMap:
     """The original order with one more leading dimension (the packing first, every
     old statement after it) and one more trailing one (the unpacking of an element
     right after the last update of it, before anything the reduction precedes)."""
@@ -325,7 +350,9 @@ def _new_times(program: Program, s: Statement, init: Statement, pack: Statement,
         names = U.dim_names(old_space)
         to_old = U.access_map(new.domain.get_space(), old_space.get_tuple_name(dim.set),
                               [values[rename.get(n, n)] for n in names])
-        return to_old.apply_range(old).intersect_domain(new.domain)
+        # the padding lanes (f past the extent) have no old instance: they take the
+        # times the old statement's (affine) schedule gives their f
+        return to_old.apply_range(_everywhere(old)).intersect_domain(new.domain)
 
     out = []
     for name, m in maps.items():
@@ -348,4 +375,21 @@ def _new_times(program: Program, s: Statement, init: Statement, pack: Statement,
     in_order = isl.Map.identity(pack.domain.get_space().map_from_set()).intersect_domain(
         pack.domain)  # the packing in the order of its own loops, before everything
     out.append(wrapped(in_order, 0, 0))
+    if pad is not None:
+        in_order = isl.Map.identity(pad.domain.get_space().map_from_set()).intersect_domain(
+            pad.domain)
+        out.append(wrapped(in_order, 0, 1))
     return U.union_map(out)
+
+
+def _everywhere(m: isl.Map) -> isl.Map:
+    """A schedule map given by one affine function, extended beyond its domain."""
+    pieces: list[isl.MultiAff] = []
+    isl.PwMultiAff.from_map(m).foreach_piece(lambda _set, ma: pieces.append(ma))
+    if len(pieces) != 1:
+        raise _NotAffineTime()
+    return isl.Map.from_multi_aff(pieces[0])
+
+
+class _NotAffineTime(Exception):
+    """The original schedule of a statement is not one affine function."""

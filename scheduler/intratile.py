@@ -384,10 +384,18 @@ def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
         node = node.band_split(1).child(0)
         for k in range(node.band_n_member()):
             node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.unroll)
-        full = _full_register_tiles(node, len(plan.outer), plan.factor)
         node = node.parent()
         outer = node.parent()
-        if full is not None and not T.is_mark(outer.parent(), T.MARK_PARALLEL):
+        n_outer = len(plan.outer)
+        if T.is_mark(outer.parent(), T.MARK_PARALLEL) and outer.band_n_member() > 1:
+            # the parallel member keeps a band of its own (its mark belongs to one loop,
+            # which isolation would split in two); the rest is isolated below it
+            outer = outer.band_split(1).child(0)
+            n_outer -= 1
+            node = outer.child(0)
+        full = (_full_register_tiles(node.child(0), n_outer, plan.factor)
+                if n_outer and not T.is_mark(outer.parent(), T.MARK_PARALLEL) else None)
+        if full is not None:
             node = outer.band_set_ast_build_options(isl.UnionSet(full)).child(0)
     if plan.simd:
         node = node.insert_mark(isl.Id(T.MARK_SIMD, user=lanes))

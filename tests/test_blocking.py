@@ -86,9 +86,26 @@ def test_blocked_convolutions_of_any_small_shape_match_numpy(c, blocks, k, strid
 
 
 @pytest.mark.needs_cc
+@pytest.mark.parametrize("f", [LANES + LANES // 2, 3 * LANES - 1])
+def test_channels_short_of_whole_blocks_are_padded_with_zero_weights(f):
+    # the last block's padding lanes multiply zero weights and are never unpacked
+    rng = np.random.default_rng(f)
+    x, w, sizes = conv_case(rng, 3, f, 3, 1, 1, 6)
+    source = conv_tc(out=6)
+    kernel = polycomp.compile(source)
+    assert blocked(kernel, sizes)
+    np.testing.assert_allclose(kernel(x, w), conv_reference(x, w, 1, 1, 6),
+                               rtol=1e-4, atol=1e-4)
+    exact = polycomp.compile(source, exact_fp=True)
+    assert blocked(exact, sizes)
+    assert np.array_equal(exact(x, w), polycomp.compile(source, scheduler="none",
+                                                        exact_fp=True)(x, w))
+
+
+@pytest.mark.needs_cc
 def test_what_is_not_blocked():
     rng = np.random.default_rng(5)
-    # channels that are no multiple of the vector width
+    # channels past a whole block by too little to pay for a padded block
     x, w, sizes = conv_case(rng, 3, LANES + 2, 3, 1, 1, 5)
     kernel = polycomp.compile(conv_tc(out=5))
     assert not blocked(kernel, sizes)

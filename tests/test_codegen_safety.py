@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 import polycomp
 from polycomp import Program
-from polycomp.build import build_library, compiler_command, is_gcc
+from polycomp.build import (GCC12_AVX512VL_FLAGS, build_library, compiler_command, gcc_major,
+                            is_gcc)
 from polycomp.codegen import ast as A
 from polycomp.codegen.verify import check_ast, executed_instances
 from polycomp.errors import InternalError
@@ -83,10 +84,28 @@ def test_gcc_flags_keep_an_explicit_choice():
     compiler, _ = compiler_command(Options())
     if not is_gcc(tuple(compiler)):
         pytest.skip("the C compiler is not gcc")  # the flag is gcc's only
-    assert compiler_command(Options())[1][-1] == "-fno-tree-loop-distribution"
-    assert compiler_command(Options(cflags=("-O3",)))[1] == ["-O3", "-fno-tree-loop-distribution"]
+    vl = list(GCC12_AVX512VL_FLAGS) if gcc_major(tuple(compiler)) == 12 else []
+    assert compiler_command(Options())[1][-1 - len(vl)] == "-fno-tree-loop-distribution"
+    assert compiler_command(Options(cflags=("-O3",)))[1] == ["-O3", "-fno-tree-loop-distribution"
+                                                             ] + vl
     chosen = ("-O3", "-ftree-loop-distribution")
-    assert compiler_command(Options(cflags=chosen))[1] == list(chosen)
+    assert compiler_command(Options(cflags=chosen))[1] == list(chosen) + vl
+    assert compiler_command(Options(cflags=("-O3", "-mavx512vl")))[1][-1] != "-mno-avx512vl"
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("cflags", [None, ["-O3", "-march=native"]], ids=["default", "user-O3"])
+def test_a_vectorised_select_over_a_small_nest_is_right(cflags):
+    # gcc 12.2 with AVX-512VL reused one mask for every masked load of S here (onnx's
+    # PRelu case): -mno-avx512vl is added for gcc 12 (polycomp/build.py)
+    kernel = polycomp.compile("def prelu(float(A, B) X, float(A, B) S) -> (Y) {\n"
+                              "  Y(a, b) = X(a, b) < 0 ? S(a, b) * X(a, b) : X(a, b)\n}",
+                              cflags=cflags)
+    rng = np.random.default_rng(3)
+    for shape in ((4, 5), (3, 7), (8, 3)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        s = rng.uniform(0.1, 1.0, shape).astype(np.float32)
+        np.testing.assert_array_equal(kernel(x, s), np.where(x < 0, s * x, x))
 
 
 # --- isl's AST generator on strided domains ----------------------------------------------

@@ -1,0 +1,269 @@
+"""Whole ONNX models: polycomp.onnx against onnxruntime, side by side in one process.
+
+    python -m benchmarks.models [--threads 1,2] [--models squeezenet,encoder_layer]
+        [--budget 3] [--out benchmarks/results]
+
+Models: every light model of the installed onnx wheel (random weights in place of their
+ConstantOfShape 0.02 ones: polycomp.onnx.zoo.with_random_weights), a BERT-base encoder
+layer and a MobileNetV2 block built with onnx.helper (polycomp/onnx/zoo.py). Per model:
+the cold compile (an empty build cache and no kernel in memory), the warm compile (a new
+session over the same model: the on-disk build cache is full), the number of ONNX nodes,
+fusion groups and distinct compiled kernels, the bytes of all intermediate values, and
+the latency of polycomp.onnx and of onnxruntime (``intra_op_num_threads`` = the thread
+count, all graph optimisations) at each thread count. polycomp's outputs are checked
+against onnxruntime's before anything is timed. Timing as in benchmarks/operators:
+interleaved rounds, each turn waits until the previous variant's threads stopped
+spinning, makes one untimed call, then times BATCH calls; the minimum counts.
+
+Writes ``models.md``, ``models.csv`` and ``models.png`` to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .operators.__main__ import BATCH, _progress, geomean, ort_session, settle
+
+
+@dataclass
+class ModelRow:
+    name: str
+    nodes: int = 0
+    groups: int = 0
+    kernels: int = 0
+    cold_s: float = math.nan
+    warm_s: float = math.nan
+    intermediate_bytes: int = 0
+    check: str = "-"
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def ratio(self, threads: int) -> float | None:
+        ort, pc = self.seconds.get(f"ort/{threads}t"), self.seconds.get(f"polycomp/{threads}t")
+        return ort / pc if ort and pc else None
+
+
+def models(selection: str) -> dict[str, object]:
+    """name -> a callable building the ModelProto."""
+    import onnx
+
+    from polycomp.onnx import zoo
+    out: dict[str, object] = {}
+    for name, path in zoo.light_model_paths().items():
+        out[name] = lambda p=path: zoo.with_random_weights(onnx.load(p))
+    out["encoder_layer"] = zoo.encoder_layer
+    out["mobilenet_block"] = zoo.mobilenet_block
+    if selection:
+        wanted = [s.strip() for s in selection.split(",") if s.strip()]
+        unknown = [w for w in wanted if w not in out]
+        if unknown:
+            raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(out)}")
+        out = {k: out[k] for k in wanted}
+    return out
+
+
+def close_enough(got: np.ndarray, want: np.ndarray) -> str | None:
+    if got.shape != want.shape:
+        return f"shape {got.shape} != {want.shape}"
+    scale = float(np.max(np.abs(want))) if want.size else 1.0
+    err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+    return None if err <= 1e-4 * (scale or 1.0) + 1e-6 else \
+        f"max abs error {err:.3g} (scale {scale:.3g})"
+
+
+def _fresh_compile(model, cache_dir: str):
+    """A session compiled from nothing: empty build cache, no kernel in memory."""
+    import polycomp.onnx
+    from polycomp.onnx import session as S
+    os.environ["POLYCOMP_CACHE_DIR"] = cache_dir
+    S._KERNELS.clear()
+    t0 = time.perf_counter()
+    sess = polycomp.onnx.InferenceSession(model.SerializeToString())
+    return sess, time.perf_counter() - t0
+
+
+def run_model(name: str, build, threads: list[int], budget: float, min_rounds: int,
+              cache_root: str) -> ModelRow:
+    import polycomp
+    import polycomp.onnx
+    from polycomp.onnx import session as S
+    from polycomp.onnx import zoo
+
+    row = ModelRow(name)
+    model = build()
+    row.nodes = len(model.graph.node)
+    feed = zoo.random_inputs(model)
+    sessions = {t: ort_session(model, t) for t in threads}
+    wants = sessions[threads[0]].run(None, feed)
+    cache = os.path.join(cache_root, name)
+    try:
+        sess, row.cold_s = _fresh_compile(model, cache)
+        S._KERNELS.clear()  # warm: the same on-disk cache, a new session
+        t0 = time.perf_counter()
+        sess = polycomp.onnx.InferenceSession(model.SerializeToString())
+        row.warm_s = time.perf_counter() - t0
+        gots = sess.run(None, feed)
+    except polycomp.PolycompError as exc:
+        row.check = f"ERROR: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        return row
+    compiled = sess.compiled({k: v.shape for k, v in feed.items()})
+    row.groups = len(compiled.plan.groups)
+    row.kernels = len({id(k) for k in compiled.kernels.values()})
+    graph = compiled.graph
+    row.intermediate_bytes = sum(
+        int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+        for n in graph.nodes for o in n.outputs if o and (v := graph.values[o]).const is None)
+    problems = [p for g, w in zip(gots, wants) if (p := close_enough(g, w))]
+    row.check = "ok" if not problems else "WRONG: " + "; ".join(problems)
+    if problems:
+        return row
+    variants = {}
+    for t in threads:
+        variants[f"ort/{t}t"] = (lambda s=sessions[t]: s.run(None, feed), None)
+        variants[f"polycomp/{t}t"] = (lambda: sess.run(None, feed), t)
+    best = {k: math.inf for k in variants}
+    start, rounds = time.perf_counter(), 0
+    while rounds < min_rounds or time.perf_counter() - start < budget:
+        for key, (call, t) in variants.items():
+            if t is not None:
+                polycomp.set_num_threads(t)
+            settle()
+            call()
+            for _ in range(BATCH):
+                s = time.perf_counter()
+                call()
+                best[key] = min(best[key], time.perf_counter() - s)
+        rounds += 1
+    row.seconds = best
+    return row
+
+
+def fmt_ms(s: float | None) -> str:
+    return "-" if s is None or not math.isfinite(s) else f"{s * 1e3:.3g} ms"
+
+
+def markdown(rows: list[ModelRow], threads: list[int]) -> str:
+    import onnxruntime
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines = ["## Whole ONNX models: polycomp.onnx against onnxruntime", "",
+             f"- date: {time.strftime('%Y-%m-%dT%H:%M:%S')}; {os.cpu_count()} logical CPUs; "
+             f"onnxruntime {onnxruntime.__version__}; load average at start: {load}",
+             "- latency: minimum over interleaved rounds; ratio = onnxruntime / polycomp "
+             "(> 1: polycomp faster); cold compile: empty caches; warm: a new session, "
+             "build cache full", ""]
+    cols = ["model", "nodes", "groups", "kernels", "cold compile", "warm compile",
+            "intermediates"]
+    for t in threads:
+        cols += [f"ORT {t}t", f"polycomp {t}t", f"ratio {t}t"]
+    cols.append("check")
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [r.name, str(r.nodes), str(r.groups), str(r.kernels),
+                 "-" if math.isnan(r.cold_s) else f"{r.cold_s:.1f} s",
+                 "-" if math.isnan(r.warm_s) else f"{r.warm_s:.2f} s",
+                 f"{r.intermediate_bytes / 2**20:.1f} MiB"]
+        for t in threads:
+            ratio = r.ratio(t)
+            cells += [fmt_ms(r.seconds.get(f"ort/{t}t")), fmt_ms(r.seconds.get(f"polycomp/{t}t")),
+                      "-" if ratio is None else f"{ratio:.2f}x"]
+        cells.append(r.check.replace("|", "/"))
+        lines.append("| " + " | ".join(cells) + " |")
+    cells = ["**geomean**", "", "", "", "", "", ""]
+    for t in threads:
+        g = geomean([r.ratio(t) for r in rows])
+        cells += ["", "", "-" if g is None else f"**{g:.2f}x**"]
+    cells.append("")
+    lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: list[ModelRow], path: Path) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["model", "nodes", "groups", "kernels", "cold_s", "warm_s",
+                    "intermediate_bytes", "variant", "seconds", "check"])
+        for r in rows:
+            for variant, s in (r.seconds.items() or [("", math.nan)]):
+                w.writerow([r.name, r.nodes, r.groups, r.kernels, f"{r.cold_s:.3g}",
+                            f"{r.warm_s:.3g}", r.intermediate_bytes, variant, f"{s:.6g}", r.check])
+
+
+def plot(rows: list[ModelRow], threads: list[int], path: Path) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / len(threads)
+    for i, t in enumerate(threads):
+        xs = [k - 0.4 + width * (i + 0.5) for k, r in enumerate(rows) if r.ratio(t)]
+        ys = [r.ratio(t) for r in rows if r.ratio(t)]
+        g = geomean(ys)
+        ax.bar(xs, ys, width=width,
+               label=f"{t} thread(s)" + ("" if g is None else f" (geomean {g:.2f}x)"))
+    for level, style in ((1.0, "-"), (0.5, "--")):
+        ax.axhline(level, color="black", linewidth=0.8, linestyle=style)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r.name for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("onnxruntime latency / polycomp latency (log)")
+    ax.set_title("Whole models: polycomp.onnx against onnxruntime (lines: 1, 0.5)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.models", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--models", default="", help="comma-separated model names")
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds of rounds per model")
+    parser.add_argument("--min-rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args(argv)
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        print(f"needs onnx and onnxruntime (pip install -e '.[bench]'): {exc}", file=sys.stderr)
+        return 1
+    threads = [int(t) for t in args.threads.split(",")]
+    chosen = models(args.models)
+    rows: list[ModelRow] = []
+    bar = _progress(len(chosen))
+    with tempfile.TemporaryDirectory(prefix="polycomp-models-") as cache_root:
+        for name, build in chosen.items():
+            bar.set_description(name)
+            row = run_model(name, build, threads, args.budget, args.min_rounds, cache_root)
+            rows.append(row)
+            bar.update(1)
+            ratios = ", ".join(f"{t}t {row.ratio(t):.2f}x" for t in threads if row.ratio(t))
+            print(f"  {name}: {row.check}; cold {row.cold_s:.1f} s, warm {row.warm_s:.2f} s; "
+                  f"ORT/polycomp {ratios or '-'}", file=sys.stderr, flush=True)
+    bar.close()
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = markdown(rows, threads)
+    (args.out / "models.md").write_text(text)
+    write_csv(rows, args.out / "models.csv")
+    plotted = plot(rows, threads, args.out / "models.png")
+    print(text)
+    print(f"wrote {args.out / 'models.md'}, models.csv" + (", models.png" if plotted else ""))
+    return 0 if all(r.check == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

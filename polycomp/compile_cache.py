@@ -1,0 +1,140 @@
+"""A disk cache of the pipeline's products: Program + Options -> Compiled.
+
+Scheduling and code generation cost seconds per kernel; a whole ONNX model has dozens,
+and a deployer restarting a service must not pay them again (warm compile under 1 s).
+The key hashes every field of the Program that the pipeline reads (statements'
+domains, accesses, expression trees with their dtypes, arrays, the original schedule,
+the parametric program it came from), the Options, and polycomp's own code (any edit
+of a polycomp module gives new keys: a cache never serves what older code produced).
+The entry is a pickle of the Compiled record (isl objects pickle as their text; the
+schedule tree is stored as its YAML text). Warnings the compile raised are stored and
+raised again on a hit.
+
+Only callers that opt in use it (``CachedKernel``, the ONNX session's kernels): the
+test suite replaces pipeline stages with monkeypatch, and a general cache would let
+such a test's product serve a later real compile.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+import warnings
+from pathlib import Path
+
+import islpy as isl
+
+from .build import cache_dir
+from .driver import Compiled, compile_program
+from .ir import Program
+from .options import Options
+from .runtime import Kernel
+
+FORMAT = 1  # bump when the stored record changes shape
+
+
+@functools.lru_cache(maxsize=1)
+def code_identity() -> str:
+    """A hash of polycomp's Python sources (all installed subpackages)."""
+    import polycomp
+    digest = hashlib.sha256()
+    roots = {os.path.realpath(p) for p in polycomp.__path__}
+    for sub in ("frontend", "scheduler", "codegen"):
+        try:
+            module = __import__(f"polycomp.{sub}", fromlist=["__path__"])
+            roots.update(os.path.realpath(p) for p in module.__path__)
+        except ImportError:
+            continue
+    for root in sorted(roots):
+        for folder, _, files in sorted(os.walk(root)):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    digest.update(os.path.relpath(path, root).encode())
+                    with open(path, "rb") as f:
+                        digest.update(f.read())
+    return digest.hexdigest()
+
+
+def program_key(program: Program) -> str:
+    """Every field of the program the pipeline reads, as text (expression trees by repr:
+    their dtypes are part of it)."""
+    parts = [program.name, repr(program.params), repr(program.scalars), repr(program.sizes),
+             repr(program.notes), str(program.context), str(program.original_schedule)]
+    for a in program.arrays:
+        parts.append(f"{a.name}|{a.dtype}|{a.role}|{[str(pa) for pa in a.shape]}")
+    for s in program.statements:
+        parts += [s.name, str(s.domain), str(s.write), *map(str, s.reads), repr(s.target),
+                  repr(s.expr), repr(s.reduction)]
+    if program.generic is not None:
+        parts.append("generic:" + program_key(program.generic))
+    return "\n".join(parts)
+
+
+def cache_key(program: Program, options: Options) -> str:
+    text = "\0".join([str(FORMAT), code_identity(), program_key(program), repr(options)])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _path(key: str) -> Path:
+    return cache_dir() / "compiled" / f"{key}.pickle"
+
+
+def load_compiled(program: Program, options: Options) -> Compiled | None:
+    if not options.cache:
+        return None
+    try:
+        with open(_path(cache_key(program, options)), "rb") as f:
+            record = pickle.load(f)
+        compiled = Compiled(record["program"], record["dependences"],
+                            isl.Schedule(record["schedule"]), record["source"])
+    except Exception:  # a missing, partial or stale entry is a miss, never an error
+        return None
+    for category, message in record.get("warnings", ()):
+        warnings.warn(message, category, stacklevel=3)
+    return compiled
+
+
+def store_compiled(program: Program, options: Options, compiled: Compiled,
+                   caught: list[warnings.WarningMessage]) -> None:
+    if not options.cache:
+        return
+    record = {"program": compiled.program, "dependences": compiled.dependences,
+              "schedule": compiled.schedule.to_str(), "source": compiled.source,
+              "warnings": [(w.category, str(w.message)) for w in caught]}
+    path = _path(cache_key(program, options))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        fd, tmp = tempfile.mkstemp(prefix=".compiled-", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        return  # the cache is an optimisation: a failure to store costs a recompile
+
+
+def cached_compile_program(program: Program, options: Options) -> Compiled:
+    compiled = load_compiled(program, options)
+    if compiled is not None:
+        return compiled
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = compile_program(program, options)
+    for w in caught:  # raise them again for the caller
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    store_compiled(program, options, compiled, list(caught))
+    return compiled
+
+
+class CachedKernel(Kernel):
+    """A Kernel whose compiles go through the disk cache of Compiled records."""
+
+    def _compile(self, program: Program) -> Compiled:
+        return cached_compile_program(program, self.options)
+
+
+__all__ = ["CachedKernel", "cached_compile_program", "cache_key", "code_identity"]

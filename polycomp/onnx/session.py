@@ -1,0 +1,336 @@
+"""Whole ONNX models: an onnxruntime-style session over compiled fusion groups.
+
+Input: a model (path, bytes or ModelProto) and Options. Output: an object with
+onnxruntime's ``InferenceSession`` interface (``get_inputs``, ``get_outputs``, ``run``).
+Per set of input shapes (the first call with them) the model goes through
+frontend/onnx: graph.specialise (shapes, constant folding) -> plan.build_plan (fusion
+groups, one Program each) -> one polycomp Kernel per distinct group (identical groups
+share one); later calls with the same shapes reuse that plan.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from polycomp.driver import format_program
+from polycomp.errors import ArgumentError, PolycompError
+from polycomp.frontend.onnx.graph import (ELEM_DTYPES, Graph, check_values, declared_shape,
+                                          runtime_inputs, specialise)
+from polycomp.frontend.onnx.memory import MemoryPlan, plan_memory
+from polycomp.frontend.onnx.model import LoadedModel, load_model, onnx
+from polycomp.frontend.onnx.ops.host import run_host
+from polycomp.frontend.onnx.plan import GroupStep, HostStep, ModelPlan, build_plan
+from polycomp.ir import Interface, Program, TensorArg
+from polycomp.memory import aligned_empty
+from polycomp.options import Options
+from polycomp.compile_cache import CachedKernel
+from polycomp.runtime import Kernel
+
+# onnxruntime's type strings
+ORT_TYPES = {
+    "float32": "tensor(float)", "float64": "tensor(double)", "float16": "tensor(float16)",
+    "int8": "tensor(int8)", "int16": "tensor(int16)", "int32": "tensor(int32)",
+    "int64": "tensor(int64)", "uint8": "tensor(uint8)", "uint16": "tensor(uint16)",
+    "uint32": "tensor(uint32)", "uint64": "tensor(uint64)", "bool": "tensor(bool)",
+}
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime describes it."""
+
+    name: str
+    type: str
+    shape: list  # ints, size names (str) or None
+
+
+class GroupDefinition:
+    """A fusion group's Program as a runtime Definition: its input arrays in order, its
+    exported arrays returned."""
+
+    def __init__(self, program: Program, inputs: Sequence[str], outputs: Sequence[str]):
+        self.program = program
+        self.name = program.name
+        arrays = {a.name: a for a in program.arrays}
+        self.interface = Interface(
+            tuple(TensorArg(n, arrays[n].dtype, arrays[n].extents()) for n in inputs),
+            tuple(outputs))
+
+    def lower(self, sizes: Mapping[str, int] | None = None) -> Program:
+        return self.program
+
+
+@dataclass(eq=False)
+class CompiledModel:
+    """One set of input shapes: the plan and a Kernel per group step."""
+
+    plan: ModelPlan
+    kernels: dict[str, Kernel]  # group name -> kernel
+    compile_seconds: float
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    memory: MemoryPlan | None = None
+    # arenas not in use by a run (a run on another thread takes its own)
+    spare_arenas: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def graph(self) -> Graph:
+        return self.plan.graph
+
+
+# one Kernel per distinct group Program and Options, shared across sessions
+_KERNELS: dict[tuple[str, Options], Kernel] = {}
+_KERNELS_LOCK = threading.Lock()
+
+
+def group_kernel(step: GroupStep, options: Options) -> Kernel:
+    assert step.program is not None
+    key = (format_program(step.program)
+           + "\ninputs " + ",".join(a for a, _ in step.inputs)
+           + "\noutputs " + ",".join(a for a, _ in step.outputs), options)
+    with _KERNELS_LOCK:
+        kernel = _KERNELS.get(key)
+    if kernel is None:
+        definition = GroupDefinition(step.program, [a for a, _ in step.inputs],
+                                     [a for a, _ in step.outputs])
+        kernel = CachedKernel(definition, options)
+        kernel.specialize({})
+        with _KERNELS_LOCK:
+            kernel = _KERNELS.setdefault(key, kernel)
+    return kernel
+
+
+class InferenceSession:
+    """``onnxruntime.InferenceSession`` for polycomp: same constructor argument (a path or
+    the model's bytes, or a ModelProto), same ``get_inputs``/``get_outputs``/``run``.
+    Keyword arguments are polycomp Options (scheduler, parallel, ...); onnxruntime's
+    ``sess_options`` and ``providers`` are accepted and ignored."""
+
+    def __init__(self, path_or_bytes: object, sess_options: object = None,
+                 providers: object = None, provider_options: object = None,
+                 **options: object):
+        self.options = Options.create(**options)
+        self._model: LoadedModel = load_model(path_or_bytes)
+        check_values(self._model.model)
+        self._inputs = [self._arg(i) for i in runtime_inputs(self._model.model)]
+        self._ranked = {i.name: i.type.tensor_type.HasField("shape")
+                        for i in runtime_inputs(self._model.model)}
+        self._outputs = [self._arg(o) for o in _typed_outputs(self._model.model)]
+        self._compiled: dict[tuple, CompiledModel] = {}
+        self._lock = threading.Lock()
+        static = {a.name: tuple(a.shape) for a in self._inputs
+                  if self._ranked[a.name] and all(isinstance(d, int) for d in a.shape)}
+        if len(static) == len(self._inputs):  # every shape known: compile now
+            self._compile(static)
+
+    @staticmethod
+    def _arg(info) -> NodeArg:
+        if not info.type.tensor_type.elem_type:  # an output inference could not type
+            return NodeArg(info.name, "tensor(undefined)", list(declared_shape(info)))
+        elem = info.type.tensor_type.elem_type
+        dtype = ELEM_DTYPES.get(elem)
+        return NodeArg(info.name, ORT_TYPES.get(dtype, f"tensor({elem})"),
+                       list(declared_shape(info)))
+
+    # ------------------------------------------------------------------ onnxruntime API
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return ["PolycompExecutionProvider"]
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, object],
+            run_options: object = None) -> list[np.ndarray]:
+        feeds = self._check_feed(input_feed)
+        if isinstance(output_names, (str, bytes)) or not (
+                output_names is None or isinstance(output_names, Sequence)):
+            raise ArgumentError(f"run() takes the output names as a list or None, not "
+                                f"{output_names!r}", hint="e.g. session.run(['y'], feed)")
+        wanted = [o.name for o in self._outputs] if not output_names else list(output_names)
+        known = {o.name for o in self._outputs}
+        for name in wanted:
+            if not isinstance(name, str) or name not in known:
+                raise ArgumentError(f"{name!r} is not an output of the model",
+                                    hint="outputs: " + ", ".join(sorted(known)))
+        compiled = self._compile({k: v.shape for k, v in feeds.items()})
+        env = execute(compiled, feeds)
+        return [env[name] for name in wanted]
+
+    # ------------------------------------------------------------------ polycomp extras
+    def compiled(self, shapes: Mapping[str, Sequence[int]] | None = None) -> CompiledModel:
+        """The compiled plan for these input shapes (the declared ones by default)."""
+        if shapes is None:
+            shapes = {a.name: tuple(a.shape) for a in self._inputs}
+        declared = {a.name for a in self._inputs}
+        if not isinstance(shapes, Mapping) or set(shapes) != declared or not all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
+                for dims in shapes.values() for d in dims):
+            raise ArgumentError(f"compiled() needs a shape of non-negative extents for every "
+                                f"input ({', '.join(sorted(declared))}), not {shapes!r}",
+                                hint="symbolic dimensions have no default: e.g. "
+                                     "compiled({'x': (1, 3, 224, 224)})")
+        return self._compile({k: tuple(int(d) for d in v) for k, v in shapes.items()})
+
+    def profile(self, input_feed: Mapping[str, object], repeat: int = 10
+                ) -> list[tuple[str, str, float]]:
+        """Per step of the plan: (step name, its ONNX nodes, minimum seconds over
+        ``repeat`` runs), for finding the slow group of a model."""
+        feeds = self._check_feed(input_feed)
+        compiled = self._compile({k: v.shape for k, v in feeds.items()})
+        best: list[float] | None = None
+        for _ in range(max(1, repeat)):
+            times: list[float] = []
+            execute(compiled, feeds, times)
+            best = times if best is None else [min(a, b) for a, b in zip(best, times)]
+        out = []
+        for step, seconds in zip(compiled.plan.steps, best or []):
+            if isinstance(step, HostStep):
+                out.append((step.node.op_type, step.node.name, seconds))
+            else:
+                out.append((step.name, ", ".join(f"{n.name} ({n.op_type})" for n in step.nodes),
+                            seconds))
+        return out
+
+    def _check_feed(self, input_feed: Mapping[str, object]) -> dict[str, np.ndarray]:
+        if not isinstance(input_feed, Mapping):
+            raise ArgumentError("run() takes the inputs as a dict {name: array}",
+                                hint="e.g. session.run(None, {'x': x})")
+        feeds: dict[str, np.ndarray] = {}
+        declared = {a.name: a for a in self._inputs}
+        for name, value in input_feed.items():
+            if not isinstance(name, str) or name not in declared:
+                raise ArgumentError(f"{name!r} is not an input of the model",
+                                    hint="inputs: " + ", ".join(declared))
+            arg = declared[name]
+            try:
+                array = np.asarray(value)
+            except Exception as exc:  # ragged lists and objects numpy cannot convert
+                raise ArgumentError(f"input '{name}' is not an array: {exc}",
+                                    hint="feed numpy arrays") from None
+            want = next(k for k, v in ORT_TYPES.items() if v == arg.type) \
+                if arg.type in ORT_TYPES.values() else None
+            if want is not None and array.dtype != np.dtype(want):
+                raise ArgumentError(f"input '{name}' has dtype {array.dtype}, the model "
+                                    f"declares {arg.type}",
+                                    hint=f"convert it, e.g. x.astype(np.{want})")
+            if self._ranked[name] and len(arg.shape) != array.ndim:
+                raise ArgumentError(f"input '{name}' has rank {array.ndim}, the model "
+                                    f"declares rank {len(arg.shape)} {arg.shape}")
+            for k, d in enumerate(arg.shape):
+                if isinstance(d, int) and array.shape[k] != d:
+                    raise ArgumentError(f"input '{name}' has shape {array.shape}, the model "
+                                        f"declares {arg.shape}")
+            feeds[name] = _contiguous(array)
+        missing = [a.name for a in self._inputs if a.name not in feeds]
+        if missing:
+            raise ArgumentError(f"input '{missing[0]}' is missing",
+                                hint="feed every input: " + ", ".join(declared))
+        return feeds
+
+    def _compile(self, shapes: Mapping[str, tuple[int, ...]]) -> CompiledModel:
+        key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
+        with self._lock:
+            compiled = self._compiled.get(key)
+            if compiled is not None:
+                return compiled
+            start = time.perf_counter()
+            graph = specialise(self._model, dict(shapes))
+            plan = build_plan(graph)
+            kernels = {s.name: group_kernel(s, self.options) for s in plan.groups
+                       if s.program is not None}
+            constants = {name: v.const for name, v in plan.graph.values.items()
+                         if v.const is not None}
+            for step in plan.groups:
+                constants.update(step.tables)
+            compiled = CompiledModel(plan, kernels, time.perf_counter() - start, constants,
+                                     plan_memory(plan))
+            self._compiled[key] = compiled
+            return compiled
+
+
+def _typed_outputs(model) -> list:
+    """The graph outputs, with the types onnx's shape inference gives those the model
+    leaves untyped (onnxruntime reports them too)."""
+    outputs = list(model.graph.output)
+    if all(o.type.tensor_type.elem_type for o in outputs):
+        return outputs
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # the error comes, with its node, when the model is compiled
+        return outputs
+    known = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    return [o if o.type.tensor_type.elem_type or o.name not in known else known[o.name]
+            for o in outputs]
+
+
+def execute(compiled: CompiledModel, feeds: Mapping[str, np.ndarray],
+            timings: list[float] | None = None) -> dict[str, np.ndarray]:
+    """Run the plan's steps in order; the values by name. Intermediate values live in
+    one arena at the offsets of the memory plan; graph outputs are fresh arrays.
+    ``timings`` (if given) receives each step's seconds, in step order."""
+    graph = compiled.graph
+    env: dict[str, np.ndarray] = dict(compiled.constants)
+    env.update(feeds)
+    memory = compiled.memory
+    arena = compiled.spare_arenas.pop() if compiled.spare_arenas else None
+    if arena is None and memory is not None:
+        arena = aligned_empty((max(memory.arena_bytes, 1),), "uint8")
+    try:
+        for step in compiled.plan.steps:
+            if timings is not None:
+                timings.append(time.perf_counter())
+            if isinstance(step, HostStep):
+                node = step.node
+                outs = run_host(node, graph, [env[i] for i in node.inputs if i])
+                for name, value in zip([o for o in node.outputs if o], outs):
+                    env[name] = value
+                continue
+            for name in step.empty_outputs:
+                v = graph.values[name]
+                env[name] = np.zeros(v.shape, dtype=v.dtype)
+            if step.program is None:
+                continue
+            kernel = compiled.kernels[step.name]
+            args = [_contiguous(env[value]) for _, value in step.inputs]
+            out = {}
+            if memory is not None and arena is not None:
+                for array, value in step.outputs:
+                    offset = memory.offsets.get(value)
+                    if offset is not None:
+                        v = graph.values[value]
+                        n = int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+                        out[array] = arena[offset:offset + n].view(v.dtype).reshape(v.shape)
+            result = kernel(*args, out=out)
+            results = result if isinstance(result, tuple) else (result,)
+            for (_, value), array in zip(step.outputs, results):
+                env[value] = array
+        if timings is not None:
+            end = time.perf_counter()
+            timings[:] = [b - a for a, b in zip(timings, timings[1:] + [end])]
+    finally:
+        if arena is not None:
+            compiled.spare_arenas.append(arena)
+    for name in graph.outputs:  # never hand out the session's own constants or the feed
+        if name in compiled.constants or name in feeds:
+            env[name] = np.array(env[name], copy=True)
+    return env
+
+
+def _contiguous(array: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping rank 0 (numpy.ascontiguousarray makes a scalar 1-D)."""
+    return array if array.flags.c_contiguous else np.ascontiguousarray(array)
+
+
+def compile_onnx(model: object, **options: object) -> InferenceSession:
+    """An InferenceSession for ``model`` (path, bytes or ModelProto)."""
+    return InferenceSession(model, **options)
+
+
+__all__ = ["InferenceSession", "NodeArg", "compile_onnx", "PolycompError", "onnx"]

@@ -1,0 +1,105 @@
+"""The ``polycomp`` command on ONNX models: compile (plan, C, IR, schedule, manifest), run
+(checked against onnxruntime), and errors printed without a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
+from polycomp.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.needs_cc
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """x (N, 4) -> MatMul-free little net: y = tanh(x * w + b), z = y reshaped to (N*2, 2)."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 4, dtype=np.float32), "w")
+    b = numpy_helper.from_array(np.array([0.5], np.float32), "b")
+    shape = numpy_helper.from_array(np.array([-1, 2], np.int64), "shape")
+    nodes = [h.make_node("Mul", ["x", "w"], ["xw"], name="scale"),
+             h.make_node("Add", ["xw", "b"], ["s"], name="shift"),
+             h.make_node("Tanh", ["s"], ["y"], name="tanh"),
+             h.make_node("Reshape", ["y", "shape"], ["z"], name="flat")]
+    graph = h.make_graph(nodes, "little", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4])],
+                         [h.make_tensor_value_info("z", T.FLOAT, ["M", 2])], [w, b, shape])
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    path = tmp_path_factory.mktemp("cli") / "little.onnx"
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_compile_emit_plan_lists_groups_nodes_and_values(model_file, capsys):
+    assert main(["compile", str(model_file), "--emit", "plan", "--shape", "x=3,4"]) == 0
+    out = capsys.readouterr().out
+    assert "little.onnx (x=3x4)" in out
+    assert "group g0: scale (Mul), shift (Add), tanh (Tanh)" in out
+    assert "in   t0   <- x float32[3, 4]" in out
+    assert "-> y float32[3, 4]" in out
+    assert "host flat (Reshape): y, shape -> z" in out
+    assert "outputs: z float32[6, 2]" in out
+
+
+def test_compile_emits_c_ir_schedule_and_a_manifest(model_file, tmp_path, capsys):
+    assert main(["compile", str(model_file), "--emit", "c"]) == 0  # N defaults to 1
+    assert "// ---- group g0: scale (Mul)" in capsys.readouterr().out
+    assert main(["compile", str(model_file), "--emit", "ir", "--sizes", "N=2"]) == 0
+    assert "program onnx_group" in capsys.readouterr().out
+    assert main(["compile", str(model_file), "--emit", "schedule"]) == 0
+    assert "domain:" in capsys.readouterr().out
+    manifest = tmp_path / "little.so"
+    assert main(["compile", str(model_file), "-o", str(manifest)]) == 0
+    steps = json.loads(manifest.read_text())["steps"]
+    assert steps[0]["library"].endswith(".so") and steps[0]["inputs"] == ["x", "w"]
+    assert steps[1] == {"host": "Reshape", "node": "flat", "inputs": ["y", "shape"],
+                        "outputs": ["z"]}
+
+
+def test_run_checks_against_onnxruntime_and_times(model_file, capsys):
+    assert main(["run", str(model_file), "--shape", "x=5,4", "--repeat", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "little.onnx (x=5x4)" in out and "matches onnxruntime (max abs error" in out
+    assert "compile" in out and "ms (median of 3)" in out
+
+
+def test_errors_exit_1_with_a_message_and_no_traceback(model_file, tmp_path, capsys):
+    assert main(["compile", str(model_file), "--shape", "x=3,5"]) == 1
+    assert "does not fit the declared shape" in capsys.readouterr().err
+    assert main(["run", str(model_file), "--shape", "q=1"]) == 1
+    assert "'q', which is not an input" in capsys.readouterr().err
+    assert main(["compile", str(model_file), "--emit", "deps"]) == 1
+    assert "not for .onnx models" in capsys.readouterr().err
+    # a name with a terminal escape is printed escaped
+    evil = h.make_model(h.make_graph(
+        [h.make_node("Evil", ["x"], ["y"], name="\x1b[2Jgotcha", domain="com.evil")], "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [3])],
+        [h.make_tensor_value_info("y", T.FLOAT, [3])]),
+        opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.evil", 1)])
+    evil_file = tmp_path / "evil.onnx"
+    evil_file.write_bytes(evil.SerializeToString())
+    assert main(["compile", str(evil_file)]) == 1
+    err = capsys.readouterr().err
+    assert "\\x1b[2Jgotcha" in err and "\x1b" not in err and "com.evil" in err
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07not a model" * 10)
+    done = subprocess.run([sys.executable, "-m", "polycomp.cli", "run", str(bad)],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "bad.onnx" in done.stderr and "error:" in done.stderr
+
+
+def test_help_says_what_o_writes_for_a_model():
+    done = subprocess.run([sys.executable, "-m", "polycomp.cli", "compile", "--help"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "JSON manifest" in done.stdout and "--shape" in done.stdout
