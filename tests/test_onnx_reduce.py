@@ -170,8 +170,25 @@ def test_reduce_refusals():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
+    # a small integer input that axes come from is compiled in, once per value
+    session = pco.InferenceSession(model.SerializeToString(), parallel=False)
+    reference = ort.InferenceSession(model.SerializeToString())
+    for axes in ([1], [-1], [1]):
+        feed = {"x": X3, "axes": np.array(axes, dtype=np.int64)}
+        np.testing.assert_allclose(session.run(None, feed)[0], reference.run(None, feed)[0],
+                                   rtol=1e-5, atol=1e-6)
+    assert len(session._compiled) == 2
+    # axes computed from a float tensor cannot be compiled in
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["f"], ["axes"], to=TensorProto.INT64), node], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, X3.shape),
+         helper.make_tensor_value_info("f", TensorProto.FLOAT, [100])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    session = pco.InferenceSession(model.SerializeToString(), parallel=False)
     with pytest.raises(UnsupportedError, match="known at compile time"):
-        pco.InferenceSession(model.SerializeToString(), parallel=False)
+        session.run(None, {"x": X3, "f": np.ones(100, dtype=np.float32)})
     refused(helper.make_node("ReduceL2", ["x"], ["y"], axes=[1]),
             {"x": np.ones((2, 3), dtype=np.int32)}, ["y"], 13, match="int32")
     refused(helper.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1]),

@@ -96,7 +96,7 @@ def test_a_dynamic_batch_dimension_compiles_per_size(batched):
     for n in (2, 5, 2):
         x = rand(n, 3, seed=n)
         close(session.run(None, {"x": x}), reference(m, {"x": x}))
-    shapes = [shape for key in session._compiled for _, shape in key]
+    shapes = [shape for key in session._compiled for _, shape in key[0]]
     assert shapes.count((2, 3)) == 1 and shapes.count((5, 3)) == 1
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from polycomp.errors import Location, UnsupportedError
 
-from .model import LoadedModel, ModelError, onnx
+from .model import LoadedModel, ModelError, NeedsValueError, onnx
 
 # TensorProto element type -> polycomp dtype (polycomp/expr.DTYPES)
 ELEM_DTYPES = {
@@ -134,11 +134,15 @@ def declared_shape(info) -> tuple[int | str | None, ...]:
     return tuple(out)
 
 
-def specialise(loaded: LoadedModel, shapes: dict[str, tuple[int, ...]]) -> Graph:
+def specialise(loaded: LoadedModel, shapes: dict[str, tuple[int, ...]],
+               fixed: dict[str, np.ndarray] | None = None) -> Graph:
     """The model with its runtime inputs fixed to ``shapes``, shapes inferred, constants
-    folded."""
+    folded. ``fixed`` inputs are compiled in with these values (initializers): the
+    session passes the small integer inputs a shape or an axis list comes from."""
     model = onnx.ModelProto()
     model.CopyFrom(loaded.model)
+    for name, data in (fixed or {}).items():
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(data), name))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     _inline_functions(model, loaded.label)
     names = unique_node_names(model)
@@ -500,8 +504,8 @@ def _values(model, nodes: list, consts: dict[str, np.ndarray], infos: dict,
             if producer is not None:
                 _refuse_unknown_op(*producer)
                 producer = f"{producer[0]} ({producer[1].op_type})"
-            raise UnsupportedError(
-                f"the shape of '{name}' is not known at compile time",
+            raise NeedsValueError(
+                f"the shape of '{name}' is not known at compile time", name,
                 Location(node=producer or name),
                 hint="polycomp compiles a model per set of input shapes; a shape that depends "
                      "on input values (NonZero, data-dependent Reshape) is not supported")

@@ -26,6 +26,16 @@ class ModelError(PolycompError):
     """An ONNX model that is malformed, inconsistent or hostile."""
 
 
+class NeedsValueError(UnsupportedError):
+    """A value that must be known at compile time (a shape, axes, pads or scales input)
+    is not. The session catches it: when the value comes from small graph inputs, it
+    compiles the model once per distinct value of those inputs (as it does per shape)."""
+
+    def __init__(self, message: str, value: str, location=None, hint: str | None = None):
+        super().__init__(message, location, hint)
+        self.value = value
+
+
 def require_onnx() -> None:
     if onnx is None:
         raise UnsupportedError("the ONNX frontend needs the onnx package",

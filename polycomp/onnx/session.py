@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from polycomp.driver import format_program
-from polycomp.errors import ArgumentError, PolycompError
+from polycomp.errors import ArgumentError, PolycompError, UnsupportedError
 from polycomp.frontend.onnx.graph import (ELEM_DTYPES, Graph, check_values, declared_shape,
                                           runtime_inputs, specialise)
 from polycomp.frontend.onnx.memory import MemoryPlan, plan_memory
-from polycomp.frontend.onnx.model import LoadedModel, load_model, onnx
+from polycomp.frontend.onnx.model import LoadedModel, NeedsValueError, load_model, onnx
 from polycomp.frontend.onnx.ops.host import run_host
 from polycomp.frontend.onnx.plan import GroupStep, HostStep, ModelPlan, build_plan
 from polycomp.ir import Interface, Program, TensorArg
 from polycomp.memory import aligned_empty
-from polycomp.options import Options
 from polycomp.compile_cache import CachedKernel
+from polycomp.options import Options
 from polycomp.runtime import Kernel
 
 # onnxruntime's type strings
@@ -122,10 +122,16 @@ class InferenceSession:
         self._outputs = [self._arg(o) for o in _typed_outputs(self._model.model)]
         self._compiled: dict[tuple, CompiledModel] = {}
         self._lock = threading.Lock()
+        self._value_inputs: set[str] = set()  # inputs compiled in by value (_compile)
         static = {a.name: tuple(a.shape) for a in self._inputs
                   if self._ranked[a.name] and all(isinstance(d, int) for d in a.shape)}
         if len(static) == len(self._inputs):  # every shape known: compile now
-            self._compile(static)
+            try:
+                self._compile(static)
+            except NeedsValueError as exc:
+                # a shape or an axis list comes from an input: compiled per value at run
+                if not self._value_sources(exc.value, dict.fromkeys(static, np.zeros(0))):
+                    raise
 
     @staticmethod
     def _arg(info) -> NodeArg:
@@ -159,7 +165,7 @@ class InferenceSession:
             if not isinstance(name, str) or name not in known:
                 raise ArgumentError(f"{name!r} is not an output of the model",
                                     hint="outputs: " + ", ".join(sorted(known)))
-        compiled = self._compile({k: v.shape for k, v in feeds.items()})
+        compiled = self._compile({k: v.shape for k, v in feeds.items()}, feeds)
         env = execute(compiled, feeds)
         return [env[name] for name in wanted]
 
@@ -183,7 +189,7 @@ class InferenceSession:
         """Per step of the plan: (step name, its ONNX nodes, minimum seconds over
         ``repeat`` runs), for finding the slow group of a model."""
         feeds = self._check_feed(input_feed)
-        compiled = self._compile({k: v.shape for k, v in feeds.items()})
+        compiled = self._compile({k: v.shape for k, v in feeds.items()}, feeds)
         best: list[float] | None = None
         for _ in range(max(1, repeat)):
             times: list[float] = []
@@ -234,25 +240,76 @@ class InferenceSession:
                                 hint="feed every input: " + ", ".join(declared))
         return feeds
 
-    def _compile(self, shapes: Mapping[str, tuple[int, ...]]) -> CompiledModel:
-        key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
+    def _compile(self, shapes: Mapping[str, tuple[int, ...]],
+                 feeds: Mapping[str, np.ndarray] | None = None) -> CompiledModel:
+        """The plan for these input shapes (and, for the inputs a shape or an axis list
+        comes from, these values: ``_value_inputs``), compiled on first use."""
         with self._lock:
-            compiled = self._compiled.get(key)
-            if compiled is not None:
+            for _ in range(MAX_VALUE_ROUNDS):
+                fixed = {n: np.asarray(feeds[n]) for n in sorted(self._value_inputs)
+                         if feeds is not None and n in feeds}
+                key = (tuple(sorted((k, tuple(v)) for k, v in shapes.items()
+                                    if k not in fixed)),
+                       tuple((n, str(a.dtype), a.shape, a.tobytes()) for n, a in fixed.items()))
+                compiled = self._compiled.get(key)
+                if compiled is not None:
+                    return compiled
+                try:
+                    compiled = self._build({k: v for k, v in shapes.items() if k not in fixed},
+                                           fixed)
+                except NeedsValueError as exc:
+                    more = self._value_sources(exc.value, feeds)
+                    if not more:
+                        raise
+                    self._value_inputs |= more
+                    continue
+                self._compiled[key] = compiled
                 return compiled
-            start = time.perf_counter()
-            graph = specialise(self._model, dict(shapes))
-            plan = build_plan(graph)
-            kernels = {s.name: group_kernel(s, self.options) for s in plan.groups
-                       if s.program is not None}
-            constants = {name: v.const for name, v in plan.graph.values.items()
-                         if v.const is not None}
-            for step in plan.groups:
-                constants.update(step.tables)
-            compiled = CompiledModel(plan, kernels, time.perf_counter() - start, constants,
-                                     plan_memory(plan))
-            self._compiled[key] = compiled
-            return compiled
+            raise UnsupportedError("the model needs more input values at compile time than "
+                                   f"{MAX_VALUE_ROUNDS} rounds of specialisation found")
+
+    def _build(self, shapes: Mapping[str, tuple[int, ...]],
+               fixed: Mapping[str, np.ndarray]) -> CompiledModel:
+        start = time.perf_counter()
+        graph = specialise(self._model, dict(shapes), dict(fixed))
+        plan = build_plan(graph)
+        kernels = {s.name: group_kernel(s, self.options) for s in plan.groups
+                   if s.program is not None}
+        constants = {name: v.const for name, v in plan.graph.values.items()
+                     if v.const is not None}
+        for step in plan.groups:
+            constants.update(step.tables)
+        return CompiledModel(plan, kernels, time.perf_counter() - start, constants,
+                             plan_memory(plan))
+
+    def _value_sources(self, value: str, feeds: Mapping[str, np.ndarray] | None) -> set[str]:
+        """The graph inputs ``value`` is computed from that may be compiled in: small
+        (at most VALUE_INPUT_LIMIT elements) and fed in this run; none already fixed."""
+        if feeds is None:
+            return set()
+        producers = {o: n for n in self._model.model.graph.node for o in n.output if o}
+        found: set[str] = set()
+        seen: set[str] = set()
+        stack = [value]
+        while stack:
+            name = stack.pop()
+            if name in seen or not name:
+                continue
+            seen.add(name)
+            if name in feeds and name not in self._value_inputs:
+                if np.asarray(feeds[name]).size <= VALUE_INPUT_LIMIT:
+                    found.add(name)
+                continue
+            node = producers.get(name)
+            if node is not None:
+                stack.extend(node.input)
+        return found
+
+
+# an input of at most this many elements may be compiled in by value (an axes list, a
+# shape, pads, scales); the model is then compiled once per distinct value
+VALUE_INPUT_LIMIT = 64
+MAX_VALUE_ROUNDS = 8
 
 
 def _typed_outputs(model) -> list:

@@ -20,6 +20,7 @@ from polycomp.errors import Location, UnsupportedError
 
 from ..builder import GroupBuilder, Tensor, broadcast
 from ..graph import Graph, Node
+from ..model import NeedsValueError
 
 LoweringFn = Callable[["NodeContext"], None]
 
@@ -112,10 +113,12 @@ class NodeContext:
             return None
         value = self.graph.values[self.node.inputs[k]].const
         if value is None:
-            raise self.unsupported(f"input {k}{' (' + what + ')' if what else ''} must be "
-                                   "known at compile time",
-                                   hint="a shape, axis or pad input computed from input "
-                                        "values is not supported")
+            raise NeedsValueError(
+                f"node '{self.node.name}' ({self.node.op_type}): input {k}"
+                f"{' (' + what + ')' if what else ''} must be known at compile time",
+                self.node.inputs[k], self.location,
+                hint="a shape, axis or pad input computed from large or float tensors is "
+                     "not supported (small integer graph inputs are compiled in per value)")
         return np.asarray(value)
 
     def table(self, data: np.ndarray, dtype: str) -> Tensor:

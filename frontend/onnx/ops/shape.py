@@ -599,8 +599,10 @@ def _resize_scales(ctx: NodeContext, x: Tensor, shape: Sequence[int]) -> list[fl
         return out
     if sizes_v is None or sizes_v.size == 0:
         raise _invalid(ctx, "neither scales nor sizes is given")
-    # like onnxruntime, the scale of a sizes input is out / in in single precision
-    ratios = [np.float32(shape[a]) / np.float32(x.shape[a]) for a in axes]
+    # like onnxruntime, the scale of a sizes input is size / in in single precision; the
+    # policies then take one scale for all axes (the output shape follows from it)
+    ratios = [np.float32(size) / np.float32(x.shape[a])
+              for a, size in zip(axes, _floats(sizes_v))]
     policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
     if policy == "not_larger":
         ratios = [min(ratios)] * len(axes)
