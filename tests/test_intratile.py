@@ -103,6 +103,30 @@ def test_full_register_tiles_are_isolated_from_partial_ones():
     assert runs
 
 
+@pytest.mark.parametrize("extents, factor", [([7], 3), ([7, 7], 3), ([14, 14], 2), ([13], 4),
+                                             ([28, 28], 4), ([55, 55], 4), ([None], 4),
+                                             ([28, 14], 2)])
+def test_the_unroll_factor_leaves_few_points_in_partial_register_tiles(extents, factor):
+    from polycomp.scheduler.intratile import fitting_factor
+    assert fitting_factor(4, extents) == factor
+    assert fitting_factor(2, extents) == 2
+
+
+def test_full_register_tiles_are_isolated_below_a_parallel_loop():
+    # a blocked conv at 55 x 55: its jammed 4 x 4 tiles sit in the band of the parallel
+    # channel-block loop; the full tiles are written without guards, their accumulators
+    # promoted to locals
+    kernel = polycomp.compile(
+        "def conv(float(N, C, H, W) I, float(F, C, KH, KW) Wt) -> (O) {\n"
+        "  O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)\n"
+        "    where h in 0:55, w in 0:55\n}")
+    lanes = CM.simd_lanes(4)
+    kernel.specialize({"N": 1, "C": 4, "H": 57, "W": 57, "F": 4 * lanes, "KH": 3, "KW": 3})
+    source = kernel.c_source
+    assert "#pragma omp parallel for" in source and "_packed" in source
+    assert "polycomp_reg" in source
+
+
 def column_sums() -> Program:
     """s[j] += A[i, j]: the unit-stride loop j carries nothing; i carries the reduction."""
     return Program.from_isl(

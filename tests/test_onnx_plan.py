@@ -175,3 +175,29 @@ def test_group_steps_name_their_nodes():
     plan = pco.InferenceSession(model).compiled().plan
     named = [n.name for s in plan.steps if isinstance(s, GroupStep) for n in s.nodes]
     assert named == ["op0", "op1", "last"]
+
+
+def test_constant_weights_are_packed_once_at_load_time():
+    rng = np.random.default_rng(4)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((24, 8, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                              name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 8, 10, 10])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 24, 10, 10])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = pco.InferenceSession(model)
+    (group,) = sess.compiled().plan.groups
+    packed = [a for a in group.program.arrays if a.name.endswith("_packed")]
+    assert packed and all(a.role == "input" for a in packed)
+    assert not any(s.name.endswith(("_pack", "_pad")) for s in group.program.statements)
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _reference(model, {"x": x})[0],
+                               rtol=1e-4, atol=1e-5)
+    # without channel blocking nothing is packed, and the result is the same
+    plain = pco.InferenceSession(model, block_channels=False)
+    assert not any(a.name.endswith("_packed")
+                   for a in plain.compiled().plan.groups[0].program.arrays)
+    np.testing.assert_allclose(plain.run(None, {"x": x})[0], _reference(model, {"x": x})[0],
+                               rtol=1e-4, atol=1e-5)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import islpy as isl
 import numpy as np
 
 from polycomp.driver import format_program
@@ -25,6 +26,7 @@ from polycomp.frontend.onnx.memory import MemoryPlan, plan_memory
 from polycomp.frontend.onnx.model import LoadedModel, NeedsValueError, load_model, onnx
 from polycomp.frontend.onnx.ops.host import run_host
 from polycomp.frontend.onnx.plan import GroupStep, HostStep, ModelPlan, build_plan
+from polycomp.frontend.onnx.prepack import split_constant_work
 from polycomp.ir import Interface, Program, TensorArg
 from polycomp.memory import aligned_empty
 from polycomp.compile_cache import CachedKernel
@@ -273,12 +275,15 @@ class InferenceSession:
         start = time.perf_counter()
         graph = specialise(self._model, dict(shapes), dict(fixed))
         plan = build_plan(graph)
-        kernels = {s.name: group_kernel(s, self.options) for s in plan.groups
-                   if s.program is not None}
         constants = {name: v.const for name, v in plan.graph.values.items()
                      if v.const is not None}
         for step in plan.groups:
             constants.update(step.tables)
+        if self.options.block_channels and self.options.scheduler not in ("none", "custom"):
+            plan.steps = [prepack(s, constants, self.options) if isinstance(s, GroupStep)
+                          and s.program is not None else s for s in plan.steps]
+        kernels = {s.name: group_kernel(s, self.options) for s in plan.groups
+                   if s.program is not None}
         return CompiledModel(plan, kernels, time.perf_counter() - start, constants,
                              plan_memory(plan))
 
@@ -378,6 +383,33 @@ def execute(compiled: CompiledModel, feeds: Mapping[str, np.ndarray],
         if name in compiled.constants or name in feeds:
             env[name] = np.array(env[name], copy=True)
     return env
+
+
+def prepack(step: GroupStep, constants: dict[str, np.ndarray], options: Options) -> GroupStep:
+    """``step`` with the work that depends only on constant weights (their packing for
+    channel blocking) done now, at load time: its results join ``constants`` and the
+    step's Program reads them as inputs (frontend/onnx/prepack.py)."""
+    constant_arrays = {a for a, v in step.inputs if v in constants}
+    split = split_constant_work(step.program, constant_arrays)
+    if split is None:
+        return step
+    prepare, main = split
+    by_array = dict(step.inputs)
+    inputs = [a.name for a in prepare.arrays if a.role == "input"]
+    outputs = [a.name for a in prepare.arrays if a.role == "output"]
+    kernel = CachedKernel(GroupDefinition(prepare, inputs, outputs), options)
+    results = kernel(*[constants[by_array[a]] for a in inputs])
+    results = results if isinstance(results, tuple) else (results,)
+    added = []
+    for array, data in zip(outputs, results):
+        value = f"\x00packed:{step.name}:{array}"  # no ONNX value has this name
+        constants[value] = data
+        added.append((array, value))
+    used = {r.get_tuple_name(isl.dim_type.out) for s in main.statements for r in s.reads}
+    kept = [(a, v) for a, v in step.inputs if a in used]
+    main = replace(main, arrays=tuple(a for a in main.arrays if a.role != "input"
+                                      or a.name in used))
+    return replace(step, program=main, inputs=kept + added)
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:
