@@ -27,6 +27,7 @@ from pathlib import Path
 
 import islpy as isl
 
+from . import islutil as U
 from .build import cache_dir
 from .driver import Compiled, compile_program
 from .ir import Program
@@ -62,8 +63,11 @@ def code_identity() -> str:
 def program_key(program: Program) -> str:
     """Every field of the program the pipeline reads, as text (expression trees by repr:
     their dtypes are part of it)."""
+    # a union map prints its maps in hash-table order, which depends on how it was built:
+    # its maps sorted instead, so that the same program gives the same key every time
+    schedule = sorted(str(m) for m in U.maps_of(program.original_schedule))
     parts = [program.name, repr(program.params), repr(program.scalars), repr(program.sizes),
-             repr(program.notes), str(program.context), str(program.original_schedule)]
+             repr(program.notes), str(program.context), *schedule]
     for a in program.arrays:
         parts.append(f"{a.name}|{a.dtype}|{a.role}|{[str(pa) for pa in a.shape]}")
     for s in program.statements:
@@ -74,8 +78,13 @@ def program_key(program: Program) -> str:
     return "\n".join(parts)
 
 
-def cache_key(program: Program, options: Options) -> str:
-    text = "\0".join([str(FORMAT), code_identity(), program_key(program), repr(options)])
+def cache_key(program: Program, options: Options, signature: str | None = None) -> str:
+    """The key of a program's entry: its ``signature`` when the caller has one that does
+    not depend on isl's printing (frontend/onnx/builder.py: isl prints one map in
+    different ways after different histories, and a key from its text missed the cache
+    for a third of a model's groups), else program_key."""
+    described = program_key(program) if signature is None else "signature:" + signature
+    text = "\0".join([str(FORMAT), code_identity(), described, repr(options)])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -83,11 +92,12 @@ def _path(key: str) -> Path:
     return cache_dir() / "compiled" / f"{key}.pickle"
 
 
-def load_compiled(program: Program, options: Options) -> Compiled | None:
+def load_compiled(program: Program, options: Options,
+                  signature: str | None = None) -> Compiled | None:
     if not options.cache:
         return None
     try:
-        with open(_path(cache_key(program, options)), "rb") as f:
+        with open(_path(cache_key(program, options, signature)), "rb") as f:
             record = pickle.load(f)
         compiled = Compiled(record["program"], record["dependences"],
                             isl.Schedule(record["schedule"]), record["source"])
@@ -99,13 +109,13 @@ def load_compiled(program: Program, options: Options) -> Compiled | None:
 
 
 def store_compiled(program: Program, options: Options, compiled: Compiled,
-                   caught: list[warnings.WarningMessage]) -> None:
+                   caught: list[warnings.WarningMessage], signature: str | None = None) -> None:
     if not options.cache:
         return
     record = {"program": compiled.program, "dependences": compiled.dependences,
               "schedule": compiled.schedule.to_str(), "source": compiled.source,
               "warnings": [(w.category, str(w.message)) for w in caught]}
-    path = _path(cache_key(program, options))
+    path = _path(cache_key(program, options, signature))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
@@ -117,8 +127,9 @@ def store_compiled(program: Program, options: Options, compiled: Compiled,
         return  # the cache is an optimisation: a failure to store costs a recompile
 
 
-def cached_compile_program(program: Program, options: Options) -> Compiled:
-    compiled = load_compiled(program, options)
+def cached_compile_program(program: Program, options: Options,
+                           signature: str | None = None) -> Compiled:
+    compiled = load_compiled(program, options, signature)
     if compiled is not None:
         return compiled
     with warnings.catch_warnings(record=True) as caught:
@@ -126,15 +137,20 @@ def cached_compile_program(program: Program, options: Options) -> Compiled:
         compiled = compile_program(program, options)
     for w in caught:  # raise them again for the caller
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    store_compiled(program, options, compiled, list(caught))
+    store_compiled(program, options, compiled, list(caught), signature)
     return compiled
 
 
 class CachedKernel(Kernel):
-    """A Kernel whose compiles go through the disk cache of Compiled records."""
+    """A Kernel whose compiles go through the disk cache of Compiled records, keyed by
+    ``signature`` when given (it must determine the lowered program: one size set)."""
+
+    def __init__(self, definition, options: Options, signature: str | None = None):  # noqa: ANN001
+        super().__init__(definition, options)
+        self.signature = signature
 
     def _compile(self, program: Program) -> Compiled:
-        return cached_compile_program(program, self.options)
+        return cached_compile_program(program, self.options, self.signature)
 
 
 __all__ = ["CachedKernel", "cached_compile_program", "cache_key", "code_identity"]

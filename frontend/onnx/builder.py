@@ -210,6 +210,7 @@ class GroupBuilder:
         self.name = name
         self.arrays: dict[str, _ArrayDecl] = {}
         self.statements: list[Statement] = []
+        self.log: list[str] = []  # one line per statement (signature)
         # tables a lowering computed at compile time (e.g. Resize's source indices): value
         # name -> data; the session feeds them like weights
         self.tables: dict[str, np.ndarray] = {}
@@ -285,6 +286,9 @@ class GroupBuilder:
         reads = [self._read_map(space, a) for a in E.accesses(value)]
         if reduction is not None:
             reads.append(write)
+        # what determines the statement, as text that does not depend on isl's printing
+        self.log.append(repr((names, tuple(int(e) for e in extents), target, value,
+                              reduction, where)))
         self.statements.append(Statement(sname, domain.coalesce(), write, tuple(reads), target,
                                          value, reduction, location))
 
@@ -321,6 +325,13 @@ class GroupBuilder:
         program = Program(self.name, (), arrays, tuple(self.statements),
                           sequential_schedule(self.statements), isl.Set.universe(U.param_space([])))
         return program.validate()
+
+    def signature(self) -> str:
+        """The group's Program as text built from the expression trees the lowerings
+        gave (not from isl's printing of sets and maps, which differs between two builds
+        of the same maps): the key of its compiled form (polycomp/compile_cache.py)."""
+        decls = [f"{d.name}|{d.dtype}|{d.shape}|{d.role}" for d in self.arrays.values()]
+        return "\n".join([self.name, *decls, *self.log])
 
     def roles(self) -> dict[str, tuple[str, str]]:
         """array name -> (role, ONNX value name)."""

@@ -166,7 +166,7 @@ def specialise(loaded: LoadedModel, shapes: dict[str, tuple[int, ...]],
     nodes = _ordered(model, names)
     values: dict[str, Value] = {}
     for _ in range(8):  # infer, fold, until nothing more folds
-        inferred = _infer(model, loaded.label, [names[k] for k, _ in nodes])
+        inferred = _infer(_without_weights(model), loaded.label, [names[k] for k, _ in nodes])
         infos = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.input)
                  + list(inferred.graph.output)}
         folded = _fold(model, nodes, consts, infos, opset, names)
@@ -304,6 +304,37 @@ def _ordered(model, names: list[str]) -> list[tuple[int, Any]]:
                                   "or the output of an earlier node")
         pending = rest
     return out
+
+
+# initializers above this many elements are left out of the model shape inference sees
+# (declared as inputs of their type and shape): onnx's inference copies the whole model,
+# and ResNet-50's 100 MB of weights made each round take seconds; shape arithmetic only
+# ever needs small constants
+INFERENCE_DATA_LIMIT = 4096
+
+
+def _without_weights(model):
+    """The model with its large initializers replaced by declarations."""
+    big = [t for t in model.graph.initializer if np.prod(t.dims, dtype=np.float64) >
+           INFERENCE_DATA_LIMIT]
+    if not big:
+        return model
+    light = onnx.ModelProto()
+    light.ir_version = max(model.ir_version, 4)  # inputs without initializers
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.name = model.graph.name
+    g.node.extend(model.graph.node)
+    declared = {i.name for i in model.graph.input}
+    g.input.extend(model.graph.input)
+    g.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in big if t.name not in declared)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    keep = {t.name for t in big}
+    g.initializer.extend(t for t in model.graph.initializer if t.name not in keep)
+    return light
 
 
 def _infer(model, label: str, names: list[str]):

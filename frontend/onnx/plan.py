@@ -44,6 +44,8 @@ class GroupStep:
     outputs: list[tuple[str, str]]  # (array, value)
     empty_outputs: list[str] = field(default_factory=list)  # values with no elements
     tables: dict[str, np.ndarray] = field(default_factory=dict)  # builder.table data
+    signature: str = ""  # GroupBuilder.signature: the compile cache's key for the group
+    prepacked: bool = False  # its constant-only work split off (frontend/onnx/prepack.py)
 
 
 @dataclass
@@ -224,7 +226,9 @@ def build_group(graph: Graph, nodes: Sequence[Node], exported: set[str], name: s
         return GroupStep(name, list(nodes), None, [], [], sorted(exported))
     program = b.program()
     inputs += [(a, v) for a, d in b.arrays.items() if (v := d.value_name) in b.tables]
-    return GroupStep(name, list(nodes), program, inputs, outs, empty, dict(b.tables))
+    signature = b.signature() + "\ninputs " + ",".join(a for a, _ in inputs) + \
+        "\noutputs " + ",".join(a for a, _ in outs)
+    return GroupStep(name, list(nodes), program, inputs, outs, empty, dict(b.tables), signature)
 
 
 def _materialise(b: GroupBuilder, graph: Graph, t: Tensor, value: str) -> Tensor:

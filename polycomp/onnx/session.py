@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 import islpy as isl
 import numpy as np
 
-from polycomp.driver import format_program
 from polycomp.errors import ArgumentError, PolycompError, UnsupportedError
 from polycomp.frontend.onnx.graph import (ELEM_DTYPES, Graph, check_values, declared_shape,
                                           runtime_inputs, specialise)
@@ -91,15 +90,17 @@ _KERNELS_LOCK = threading.Lock()
 
 def group_kernel(step: GroupStep, options: Options) -> Kernel:
     assert step.program is not None
-    key = (format_program(step.program)
-           + "\ninputs " + ",".join(a for a, _ in step.inputs)
-           + "\noutputs " + ",".join(a for a, _ in step.outputs), options)
+    # the signature names every array, dtype and expression tree (format_program leaves
+    # the dtypes of literals out); prepacking changes the inputs, so it is part of it
+    key = (step.signature + ("\nprepacked" if step.prepacked else "")
+           + "\ninputs " + ",".join(a for a, _ in step.inputs), options)
     with _KERNELS_LOCK:
         kernel = _KERNELS.get(key)
     if kernel is None:
         definition = GroupDefinition(step.program, [a for a, _ in step.inputs],
                                      [a for a, _ in step.outputs])
-        kernel = CachedKernel(definition, options)
+        kernel = CachedKernel(definition, options,
+                              step.signature + ("\nprepacked" if step.prepacked else ""))
         kernel.specialize({})
         with _KERNELS_LOCK:
             kernel = _KERNELS.setdefault(key, kernel)
@@ -397,7 +398,8 @@ def prepack(step: GroupStep, constants: dict[str, np.ndarray], options: Options)
     by_array = dict(step.inputs)
     inputs = [a.name for a in prepare.arrays if a.role == "input"]
     outputs = [a.name for a in prepare.arrays if a.role == "output"]
-    kernel = CachedKernel(GroupDefinition(prepare, inputs, outputs), options)
+    kernel = CachedKernel(GroupDefinition(prepare, inputs, outputs), options,
+                          step.signature + "\nprepare")
     results = kernel(*[constants[by_array[a]] for a in inputs])
     results = results if isinstance(results, tuple) else (results,)
     added = []
@@ -409,7 +411,7 @@ def prepack(step: GroupStep, constants: dict[str, np.ndarray], options: Options)
     kept = [(a, v) for a, v in step.inputs if a in used]
     main = replace(main, arrays=tuple(a for a in main.arrays if a.role != "input"
                                       or a.name in used))
-    return replace(step, program=main, inputs=kept + added)
+    return replace(step, program=main, inputs=kept + added, prepacked=True)
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:
