@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .operators.__main__ import BATCH, _progress, geomean, ort_session, settle
+from .operators.__main__ import BATCH, _progress, geomean, ort_session, ratio_chart, settle
 
 
 @dataclass
@@ -198,32 +198,10 @@ def write_csv(rows: list[ModelRow], path: Path) -> None:
 
 
 def plot(rows: list[ModelRow], threads: list[int], path: Path) -> bool:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(10, 5))
-    width = 0.8 / len(threads)
-    for i, t in enumerate(threads):
-        xs = [k - 0.4 + width * (i + 0.5) for k, r in enumerate(rows) if r.ratio(t)]
-        ys = [r.ratio(t) for r in rows if r.ratio(t)]
-        g = geomean(ys)
-        ax.bar(xs, ys, width=width,
-               label=f"{t} thread(s)" + ("" if g is None else f" (geomean {g:.2f}x)"))
-    for level, style in ((1.0, "-"), (0.5, "--")):
-        ax.axhline(level, color="black", linewidth=0.8, linestyle=style)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r.name for r in rows], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("onnxruntime latency / polycomp latency (log)")
-    ax.set_title("Whole models: polycomp.onnx against onnxruntime (lines: 1, 0.5)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return ratio_chart(path, [r.name for r in rows], {t: [r.ratio(t) for r in rows]
+                                                      for t in threads},
+                       "Whole models: polycomp.onnx against onnxruntime (lines: 1, 0.5)",
+                       "onnxruntime latency / polycomp latency (log)", (1.0, 0.5))
 
 
 def main(argv: list[str] | None = None) -> int:

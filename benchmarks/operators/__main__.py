@@ -241,7 +241,10 @@ def write_csv(rows: list[Row], threads: list[int], path: Path) -> None:
                             f"{r.compile_s:.3g}", r.check])
 
 
-def plot(rows: list[Row], threads: list[int], path: Path) -> bool:
+def ratio_chart(path: Path, names: list[str], ratios: dict[int, list[float | None]],
+                title: str, ylabel: str, levels: tuple[float, ...]) -> bool:
+    """A bar chart (log scale) of onnxruntime / polycomp per row and thread count, with
+    reference lines at ``levels``; False without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -249,25 +252,32 @@ def plot(rows: list[Row], threads: list[int], path: Path) -> bool:
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(11, 5.5))
-    width = 0.8 / len(threads)
-    for i, t in enumerate(threads):
-        xs = [k - 0.4 + width * (i + 0.5) for k, r in enumerate(rows) if r.ratio(t)]
-        ys = [r.ratio(t) for r in rows if r.ratio(t)]
+    width = 0.8 / max(1, len(ratios))
+    for i, (t, values) in enumerate(ratios.items()):
+        xs = [k - 0.4 + width * (i + 0.5) for k, v in enumerate(values) if v]
+        ys = [v for v in values if v]
         g = geomean(ys)
         ax.bar(xs, ys, width=width,
                label=f"{t} thread(s)" + ("" if g is None else f" (geomean {g:.2f}x)"))
-    for level, style in ((1.0, "-"), (0.7, "--"), (0.4, ":")):
+    for level, style in zip(levels, ("-", "--", ":")):
         ax.axhline(level, color="black", linewidth=0.8, linestyle=style)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r.op.name for r in rows], rotation=40, ha="right", fontsize=8)
-    ax.set_ylabel("onnxruntime time / polycomp time (log)")
-    ax.set_title("polycomp against onnxruntime per operator (lines: 1, 0.7, 0.4)")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def plot(rows: list[Row], threads: list[int], path: Path) -> bool:
+    return ratio_chart(path, [r.op.name for r in rows], {t: [r.ratio(t) for r in rows]
+                                                          for t in threads},
+                       "polycomp against onnxruntime per operator (lines: 1, 0.7, 0.4)",
+                       "onnxruntime time / polycomp time (log)", (1.0, 0.7, 0.4))
 
 
 def main(argv: list[str] | None = None) -> int:
