@@ -45,7 +45,8 @@ class GroupStep:
     empty_outputs: list[str] = field(default_factory=list)  # values with no elements
     tables: dict[str, np.ndarray] = field(default_factory=dict)  # builder.table data
     signature: str = ""  # GroupBuilder.signature: the compile cache's key for the group
-    prepacked: bool = False  # its constant-only work split off (frontend/onnx/prepack.py)
+    # the constant inputs whose work was split off (frontend/onnx/prepack.py), "" if none
+    prepacked: str = ""
 
 
 @dataclass

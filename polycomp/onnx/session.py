@@ -27,8 +27,8 @@ from polycomp.frontend.onnx.ops.host import run_host
 from polycomp.frontend.onnx.plan import GroupStep, HostStep, ModelPlan, build_plan
 from polycomp.frontend.onnx.prepack import split_constant_work
 from polycomp.ir import Interface, Program, TensorArg
-from polycomp.memory import aligned_empty
 from polycomp.compile_cache import CachedKernel
+from polycomp.memory import aligned_empty
 from polycomp.options import Options
 from polycomp.runtime import Kernel
 
@@ -92,15 +92,14 @@ def group_kernel(step: GroupStep, options: Options) -> Kernel:
     assert step.program is not None
     # the signature names every array, dtype and expression tree (format_program leaves
     # the dtypes of literals out); prepacking changes the inputs, so it is part of it
-    key = (step.signature + ("\nprepacked" if step.prepacked else "")
-           + "\ninputs " + ",".join(a for a, _ in step.inputs), options)
+    signature = step.signature + (f"\nprepacked from {step.prepacked}" if step.prepacked else "")
+    key = (signature + "\ninputs " + ",".join(a for a, _ in step.inputs), options)
     with _KERNELS_LOCK:
         kernel = _KERNELS.get(key)
     if kernel is None:
         definition = GroupDefinition(step.program, [a for a, _ in step.inputs],
                                      [a for a, _ in step.outputs])
-        kernel = CachedKernel(definition, options,
-                              step.signature + ("\nprepacked" if step.prepacked else ""))
+        kernel = CachedKernel(definition, options, signature)
         kernel.specialize({})
         with _KERNELS_LOCK:
             kernel = _KERNELS.setdefault(key, kernel)
@@ -398,8 +397,9 @@ def prepack(step: GroupStep, constants: dict[str, np.ndarray], options: Options)
     by_array = dict(step.inputs)
     inputs = [a.name for a in prepare.arrays if a.role == "input"]
     outputs = [a.name for a in prepare.arrays if a.role == "output"]
+    constant = ",".join(sorted(constant_arrays))  # which inputs are constant decides the split
     kernel = CachedKernel(GroupDefinition(prepare, inputs, outputs), options,
-                          step.signature + "\nprepare")
+                          f"{step.signature}\nprepare from {constant}")
     results = kernel(*[constants[by_array[a]] for a in inputs])
     results = results if isinstance(results, tuple) else (results,)
     added = []
@@ -411,7 +411,7 @@ def prepack(step: GroupStep, constants: dict[str, np.ndarray], options: Options)
     kept = [(a, v) for a, v in step.inputs if a in used]
     main = replace(main, arrays=tuple(a for a in main.arrays if a.role != "input"
                                       or a.name in used))
-    return replace(step, program=main, inputs=kept + added, prepacked=True)
+    return replace(step, program=main, inputs=kept + added, prepacked=constant)
 
 
 def _contiguous(array: np.ndarray) -> np.ndarray:
