@@ -1,13 +1,15 @@
 """Whole ONNX models: polycomp.onnx against onnxruntime, side by side in one process.
 
     python -m benchmarks.models [--threads 1,2] [--models squeezenet,encoder_layer]
-        [--budget 3] [--out benchmarks/results]
+        [--budget 3] [--out benchmarks/results] [--ppocr-dir DIR]
 
 Models: every light model of the installed onnx wheel (random weights in place of their
 ConstantOfShape 0.02 ones: polycomp.onnx.zoo.with_random_weights), a BERT-base encoder
-layer and a MobileNetV2 block built with onnx.helper (polycomp/onnx/zoo.py). Per model:
+layer and a MobileNetV2 block built with onnx.helper (polycomp/onnx/zoo.py), and with
+--ppocr-dir the three PaddleOCR models of rapidocr-onnxruntime (real weights). Per model:
 the cold compile (an empty build cache and no kernel in memory), the warm compile (a new
-session over the same model: the on-disk build cache is full), the number of ONNX nodes,
+session over the same model: the on-disk build cache is full), each timed with the
+session's first run (where a model with symbolic dimensions compiles), the number of ONNX nodes,
 fusion groups and distinct compiled kernels, the bytes of all intermediate values, and
 the latency of polycomp.onnx and of onnxruntime (``intra_op_num_threads`` = the thread
 count, all graph optimisations) at each thread count. polycomp's outputs are checked
@@ -52,8 +54,15 @@ class ModelRow:
         return ort / pc if ort and pc else None
 
 
-def models(selection: str) -> dict[str, object]:
-    """name -> a callable building the ModelProto."""
+# PaddleOCR's three models as rapidocr-onnxruntime ships them (real weights, in Constant
+# nodes), at the input sizes RapidOCR feeds them: file stem -> (name, input shape)
+PPOCR = {"ch_PP-OCRv4_det_infer": ("ppocr_det", (1, 3, 320, 320)),
+         "ch_PP-OCRv4_rec_infer": ("ppocr_rec", (1, 3, 48, 320)),
+         "ch_ppocr_mobile_v2.0_cls_infer": ("ppocr_cls", (1, 3, 48, 192))}
+
+
+def models(selection: str, ppocr_dir: Path | None = None) -> dict[str, object]:
+    """name -> a callable building the ModelProto, or (callable, input shape)."""
     import onnx
 
     from polycomp.onnx import zoo
@@ -62,6 +71,11 @@ def models(selection: str) -> dict[str, object]:
         out[name] = lambda p=path: zoo.with_random_weights(onnx.load(p))
     out["encoder_layer"] = zoo.encoder_layer
     out["mobilenet_block"] = zoo.mobilenet_block
+    if ppocr_dir is not None:
+        for stem, (name, shape) in PPOCR.items():
+            path = ppocr_dir / f"{stem}.onnx"
+            if path.exists():
+                out[name] = (lambda p=path: onnx.load(str(p)), shape)
     if selection:
         wanted = [s.strip() for s in selection.split(",") if s.strip()]
         unknown = [w for w in wanted if w not in out]
@@ -80,15 +94,14 @@ def close_enough(got: np.ndarray, want: np.ndarray) -> str | None:
         f"max abs error {err:.3g} (scale {scale:.3g})"
 
 
-def _fresh_compile(model, cache_dir: str):
-    """A session compiled from nothing: empty build cache, no kernel in memory."""
+def _session_and_first_run(model, feed):
+    """A session and its first run, timed together: a model with symbolic dimensions
+    compiles on its first run with their sizes, a static one when it is created."""
     import polycomp.onnx
-    from polycomp.onnx import session as S
-    os.environ["POLYCOMP_CACHE_DIR"] = cache_dir
-    S._KERNELS.clear()
     t0 = time.perf_counter()
     sess = polycomp.onnx.InferenceSession(model.SerializeToString())
-    return sess, time.perf_counter() - t0
+    outputs = sess.run(None, feed)
+    return sess, outputs, time.perf_counter() - t0
 
 
 def run_model(name: str, build, threads: list[int], budget: float, min_rounds: int,
@@ -98,20 +111,24 @@ def run_model(name: str, build, threads: list[int], budget: float, min_rounds: i
     from polycomp.onnx import session as S
     from polycomp.onnx import zoo
 
+    build, shape = build if isinstance(build, tuple) else (build, None)
+
     row = ModelRow(name)
     model = build()
     row.nodes = len(model.graph.node)
     feed = zoo.random_inputs(model)
+    if shape is not None:  # one image input of the size its application feeds
+        feed = {k: np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+                for k in feed}
     sessions = {t: ort_session(model, t) for t in threads}
     wants = sessions[threads[0]].run(None, feed)
     cache = os.path.join(cache_root, name)
     try:
-        sess, row.cold_s = _fresh_compile(model, cache)
+        os.environ["POLYCOMP_CACHE_DIR"] = cache  # cold: an empty build cache,
+        S._KERNELS.clear()                        # no kernel in memory
+        sess, gots, row.cold_s = _session_and_first_run(model, feed)
         S._KERNELS.clear()  # warm: the same on-disk cache, a new session
-        t0 = time.perf_counter()
-        sess = polycomp.onnx.InferenceSession(model.SerializeToString())
-        row.warm_s = time.perf_counter() - t0
-        gots = sess.run(None, feed)
+        sess, gots, row.warm_s = _session_and_first_run(model, feed)
     except polycomp.PolycompError as exc:
         row.check = f"ERROR: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         return row
@@ -212,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of rounds per model")
     parser.add_argument("--min-rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--ppocr-dir", type=Path, default=None,
+                        help="the folder of rapidocr-onnxruntime's models (pip download "
+                             "rapidocr-onnxruntime, unzip; rapidocr_onnxruntime/models): adds "
+                             "PaddleOCR's detection, recognition and classification models")
     args = parser.parse_args(argv)
     try:
         import onnx  # noqa: F401
@@ -220,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"needs onnx and onnxruntime (pip install -e '.[bench]'): {exc}", file=sys.stderr)
         return 1
     threads = [int(t) for t in args.threads.split(",")]
-    chosen = models(args.models)
+    chosen = models(args.models, args.ppocr_dir)
     rows: list[ModelRow] = []
     bar = _progress(len(chosen))
     with tempfile.TemporaryDirectory(prefix="polycomp-models-") as cache_root:

@@ -78,8 +78,8 @@ def is_gcc(compiler: tuple[str, ...]) -> bool:
 
 def gcc_major(compiler: tuple[str, ...]) -> int | None:
     """gcc's major version from its --version text ("gcc (Debian 12.2.0-14) 12.2.0")."""
-    first = compiler_identity(compiler).splitlines()[0] if compiler_identity(compiler) else ""
-    found = re.search(r"\)\s+(\d+)\.\d+", first)
+    lines = compiler_identity(compiler).splitlines()
+    found = re.search(r"\)\s+(\d+)\.\d+", lines[0]) if lines else None
     return int(found.group(1)) if found else None
 
 

@@ -435,3 +435,17 @@ def test_the_backend_declines_what_polycomp_does_not_support():
     x = rand(2, 3)
     (y,) = backend.run_model(m, [x], parallel=False, rtol=1e-3)
     np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_an_exporters_minus_one_extent_is_dynamic():
+    # PaddleOCR's classifier declares its input [-1, 3, ?, ?] and its output [-1, 2]
+    w = numpy_helper.from_array(rand(3, 2, seed=9), "w")
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", T.FLOAT, [-1, 3])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [-1, 2])], [w])
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    session = pco.InferenceSession(m.SerializeToString())
+    assert session.get_inputs()[0].shape == [None, 3]
+    for n in (1, 4):
+        x = rand(n, 3, seed=n)
+        close(session.run(None, {"x": x}), reference(m, {"x": x}))

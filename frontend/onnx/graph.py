@@ -153,6 +153,10 @@ def specialise(loaded: LoadedModel, shapes: dict[str, tuple[int, ...]],
         raise UnsupportedError(f"sparse initializer '{sparse.values.name}' is not supported",
                                Location(node=sparse.values.name),
                                hint="store it as a dense initializer")
+    for info in list(model.graph.output) + list(model.graph.value_info):
+        for d in info.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value == -1:
+                d.Clear()  # an exporter's -1 for "dynamic": left to inference
     for info in runtime_inputs(model):
         if info.name not in shapes:
             raise ModelError(f"no shape for input '{info.name}'")

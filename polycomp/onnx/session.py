@@ -141,8 +141,11 @@ class InferenceSession:
             return NodeArg(info.name, "tensor(undefined)", list(declared_shape(info)))
         elem = info.type.tensor_type.elem_type
         dtype = ELEM_DTYPES.get(elem)
-        return NodeArg(info.name, ORT_TYPES.get(dtype, f"tensor({elem})"),
-                       list(declared_shape(info)))
+        # exporters write -1 for a dynamic extent (PaddleOCR's classifier: [-1, 3, ?, ?]):
+        # onnxruntime takes it as one, so does polycomp
+        shape = [None if d == -1 else d for d in declared_shape(info)]  # other negatives:
+        # refused with the model (graph.py)
+        return NodeArg(info.name, ORT_TYPES.get(dtype, f"tensor({elem})"), shape)
 
     # ------------------------------------------------------------------ onnxruntime API
     def get_inputs(self) -> list[NodeArg]:

@@ -77,7 +77,9 @@ def random_inputs(model, seed: int = 0, symbolic: int = 1) -> dict[str, np.ndarr
     feed = {}
     for info in runtime_input_infos(model):
         t = info.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else symbolic for d in t.shape.dim]
+        # a symbolic extent, or an exporter's -1, takes ``symbolic``
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else symbolic
+                 for d in t.shape.dim]
         dtype = ELEM_DTYPES[t.elem_type]
         if dtype.startswith("float"):
             feed[info.name] = rng.standard_normal(shape).astype(dtype)
