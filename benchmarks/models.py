@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .operators.__main__ import BATCH, _progress, geomean, ort_session, ratio_chart, settle
+from .operators.__main__ import _progress, geomean, ort_session, ratio_chart, time_rounds
 
 
 @dataclass
@@ -147,20 +147,7 @@ def run_model(name: str, build, threads: list[int], budget: float, min_rounds: i
     for t in threads:
         variants[f"ort/{t}t"] = (lambda s=sessions[t]: s.run(None, feed), None)
         variants[f"polycomp/{t}t"] = (lambda: sess.run(None, feed), t)
-    best = {k: math.inf for k in variants}
-    start, rounds = time.perf_counter(), 0
-    while rounds < min_rounds or time.perf_counter() - start < budget:
-        for key, (call, t) in variants.items():
-            if t is not None:
-                polycomp.set_num_threads(t)
-            settle()
-            call()
-            for _ in range(BATCH):
-                s = time.perf_counter()
-                call()
-                best[key] = min(best[key], time.perf_counter() - s)
-        rounds += 1
-    row.seconds = best
+    row.seconds = time_rounds(variants, budget, min_rounds)
     return row
 
 

@@ -136,11 +136,20 @@ def run_operator(op: defs.Operator, threads: list[int], scheduler: str | None, b
         variants[f"polycomp/{t}t"] = (lambda: kernel(*inputs), t)
     if op.numpy is not None:
         variants["numpy"] = (lambda: op.numpy(*inputs), None)
-    best = {name: math.inf for name in variants}
     for name, (call, t) in variants.items():  # warm up
         if t is not None:
             polycomp.set_num_threads(t)
         call()
+    row.seconds = time_rounds(variants, budget, min_rounds)
+    return row
+
+
+def time_rounds(variants: dict, budget: float, min_rounds: int) -> dict[str, float]:
+    """Each variant's minimum seconds over interleaved rounds (module doc): name ->
+    (call, polycomp thread count or None)."""
+    import polycomp
+
+    best = {name: math.inf for name in variants}
     start, rounds = time.perf_counter(), 0
     while rounds < min_rounds or time.perf_counter() - start < budget:
         for name, (call, t) in variants.items():
@@ -155,8 +164,7 @@ def run_operator(op: defs.Operator, threads: list[int], scheduler: str | None, b
         rounds += 1
         if rounds >= 10000:
             break
-    row.seconds = best
-    return row
+    return best
 
 
 def fmt_ms(s: float | None) -> str:
