@@ -15,52 +15,19 @@ from hypothesis import strategies as st
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
+import onnx_cases  # noqa: E402
+from onnx_cases import make_model  # noqa: E402
 import polycomp.onnx as pco  # noqa: E402
 from polycomp.errors import UnsupportedError  # noqa: E402
 
-RTOL, ATOL = 1e-4, 1e-5
 compiled = pytest.mark.needs_cc
-
-
-def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], opset: int,
-               inits: dict[str, np.ndarray] | None = None):
-    """A model of ``nodes`` with runtime ``inputs`` (their dtypes and shapes) and
-    constant ``inits``; output types from onnx's shape inference."""
-    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-           for n, a in inputs.items()]
-    outs = [helper.make_empty_tensor_value_info(n) for n in outputs]
-    init = [numpy_helper.from_array(np.asarray(v), n) for n, v in (inits or {}).items()]
-    graph = helper.make_graph(nodes, "g", ins, outs, init)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    del model.graph.output[:]
-    model.graph.output.extend(inferred.graph.output)
-    onnx.checker.check_model(model)
-    return model
 
 
 def check(nodes, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
           opset: int = 18, inits: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
-    """Run the model on onnxruntime and polycomp; floats within tolerance, integers and
-    booleans bit for bit. Returns polycomp's outputs."""
-    if not isinstance(nodes, list):
-        nodes = [nodes]
-    outputs = outputs or [o for o in nodes[-1].output if o]
-    model = make_model(nodes, inputs, outputs, opset, inits)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, inputs)
-    got = pco.InferenceSession(model.SerializeToString(), parallel=False).run(None, inputs)
-    for name, w, g in zip(outputs, want, got):
-        assert g.dtype == w.dtype, name
-        assert g.shape == w.shape, name
-        if np.issubdtype(w.dtype, np.floating):
-            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=name)
-        else:
-            np.testing.assert_array_equal(g, w, err_msg=name)
-    return got
+    return onnx_cases.check(nodes, inputs, outputs, opset, inits)
 
 
 def refused(nodes, inputs: dict[str, np.ndarray], outputs: list[str], opset: int,

@@ -15,15 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")  # onnx_cases runs it
 
 from onnx import helper, numpy_helper  # noqa: E402
 
+from onnx_cases import check, make_model  # noqa: E402
 import polycomp.onnx as pco  # noqa: E402
 from polycomp.errors import PolycompError, UnsupportedError  # noqa: E402
 from polycomp.frontend.onnx import graph as onnx_graph  # noqa: E402
 
-RTOL, ATOL = 1e-4, 1e-5
 pytestmark = pytest.mark.needs_cc
 RNG = np.random.default_rng(7)
 
@@ -32,42 +32,6 @@ def rand(*shape: int, dtype=np.float32) -> np.ndarray:
     if np.issubdtype(dtype, np.integer):
         return RNG.integers(-50, 50, size=shape).astype(dtype)
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], opset: int,
-               inits: dict[str, np.ndarray] | None = None):
-    """A model of ``nodes`` with runtime ``inputs`` and constant ``inits``; output types
-    from onnx's shape inference."""
-    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-           for n, a in inputs.items()]
-    outs = [helper.make_empty_tensor_value_info(n) for n in outputs]
-    init = [numpy_helper.from_array(np.asarray(v), n) for n, v in (inits or {}).items()]
-    graph = helper.make_graph(nodes, "g", ins, outs, init)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8 if opset <= 18 else 9
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    del model.graph.output[:]
-    model.graph.output.extend(inferred.graph.output)
-    onnx.checker.check_model(model)
-    return model
-
-
-def check(nodes, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
-          opset: int = 17, inits: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
-    """onnxruntime and polycomp agree: floats within tolerance, the rest bit for bit."""
-    nodes = nodes if isinstance(nodes, list) else [nodes]
-    outputs = outputs or [o for o in nodes[-1].output if o]
-    model = make_model(nodes, inputs, outputs, opset, inits)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, inputs)
-    got = pco.InferenceSession(model.SerializeToString(), parallel=False).run(None, inputs)
-    for name, w, g in zip(outputs, want, got):
-        assert g.dtype == w.dtype and g.shape == w.shape, (name, g.shape, w.shape)
-        if np.issubdtype(w.dtype, np.floating):
-            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=name)
-        else:
-            np.testing.assert_array_equal(g, w, err_msg=name)
-    return got
 
 
 def node(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs):

@@ -283,14 +283,20 @@ def _padded(ctx: NodeContext, x: Tensor, axes: list[Axis]) -> tuple[Tensor, list
                     for a, e in zip(axes, extents)]
 
 
-@lowering("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
-def _conv(ctx: NodeContext) -> None:
+def _conv_operands(ctx: NodeContext) -> tuple[Tensor, Tensor, Tensor | None, str, int]:
+    """(X, W, optional bias, dtype, spatial rank) of a Conv or ConvTranspose, checked."""
     x, w, bias = ctx.input(0), ctx.input(1), ctx.optional(2)
     dtype = ctx.out_dtype()
     _require_float(ctx, dtype)
     r = x.rank - 2
     if r < 1 or w.rank != x.rank:
         raise ctx.unsupported(f"input of rank {x.rank} with weights of rank {w.rank}")
+    return x, w, bias, dtype, r
+
+
+@lowering("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(ctx: NodeContext) -> None:
+    x, w, bias, dtype, r = _conv_operands(ctx)
     n_batch, c_in = x.shape[:2]
     m_out, c_group = w.shape[:2]
     group = _int(ctx, "group", 1)
@@ -332,12 +338,7 @@ def _conv(ctx: NodeContext) -> None:
 def _conv_transpose(ctx: NodeContext) -> None:
     """Gather form: output y adds X[(y + p - k*d) / s] * W[k] over the k for which the
     division is exact and lands in the input."""
-    x, w, bias = ctx.input(0), ctx.input(1), ctx.optional(2)
-    dtype = ctx.out_dtype()
-    _require_float(ctx, dtype)
-    r = x.rank - 2
-    if r < 1 or w.rank != x.rank:
-        raise ctx.unsupported(f"input of rank {x.rank} with weights of rank {w.rank}")
+    x, w, bias, dtype, r = _conv_operands(ctx)
     n_batch, c_in = x.shape[:2]
     group = _int(ctx, "group", 1)
     if group < 1 or w.shape[0] != c_in or c_in % group:
