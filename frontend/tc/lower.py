@@ -6,8 +6,9 @@ affine) and the Program has no parameters; without, sizes are isl parameters.
 
 Per TC statement, in order:
 
-1. the domain: ``where`` ranges, then each inferred index's exact interval
-   (ranges.interval), over ``[sizes] -> { [left-side indices, reduction indices] }``;
+1. the domain: ``where`` ranges (bounds with min/max become piecewise, see
+   ``Lowering.bound``), then each inferred index's exact interval (ranges.interval),
+   over ``[sizes] -> { [left-side indices, reduction indices] }``;
 2. for ``op=!``: an init statement ``T(lhs) = identity`` over the left-side indices;
    then the update statement with ``reduction=op`` (reads end with the write map);
 3. the written tensor's shape, for outputs and temporaries without a declared
@@ -199,6 +200,54 @@ class Lowering:
                                  hint="indices are affine expressions of indices and sizes"
                                  ) from None
 
+    def bound(self, tree: E.Expr, space: isl.Space, cs: CheckedStmt, given: R.Given
+              ) -> isl.PwAff:
+        """A where-range bound as a PwAff: affine, or built from affine pieces with min
+        and max (sema allows those in bounds only). isl keeps the pieces: ``lo <= v``
+        with ``lo = max(a, b)`` is ``a <= v and b <= v``, with ``lo = min(a, b)`` it is
+        the union ``a <= v or b <= v``."""
+        if not any(isinstance(n, E.Call) for n in E.walk(tree)):
+            return self.affine(tree, space, cs)
+        tree = self.prep(tree)
+
+        def go(node: E.Expr) -> isl.PwAff:
+            if not any(isinstance(n, E.Call) for n in E.walk(node)):
+                return U.affine(node, space)
+            if isinstance(node, E.Call) and node.func in ("min", "max") and len(node.args) == 2:
+                a, b = go(node.args[0]), go(node.args[1])
+                return a.min(b) if node.func == "min" else a.max(b)
+            if isinstance(node, E.Cast) and E.is_integer(node.dtype):
+                return go(node.operand)
+            if isinstance(node, E.Unary) and node.op == "neg":
+                return go(node.operand).neg()
+            if isinstance(node, E.Binary):
+                if node.op in ("add", "sub"):
+                    a, b = go(node.lhs), go(node.rhs)
+                    return a.add(b) if node.op == "add" else a.sub(b)
+                if node.op == "mul":
+                    a, b = go(node.lhs), go(node.rhs)
+                    if a.is_cst():
+                        return b.mul(a)
+                    if b.is_cst():
+                        return a.mul(b)
+                elif node.op in ("floordiv", "floormod"):
+                    den = U.constant_value(node.rhs)
+                    if den is not None and den > 0:
+                        a = go(node.lhs)
+                        val = isl.Val.int_from_si(a.get_ctx(), den)
+                        return a.scale_down_val(val).floor() if node.op == "floordiv" \
+                            else a.mod_val(val)
+            raise U.NotAffine(node)
+
+        try:
+            return go(tree)
+        except U.NotAffine:
+            raise NonAffineError(f"a bound of '{given.text}' is not affine after "
+                                 "substituting the sizes", _loc(self.cdef, given),
+                                 hint="bounds are affine expressions of indices and sizes, "
+                                      "or min/max of them; multiply and divide only by "
+                                      "constants, never by a min/max") from None
+
     # ------------------------------------------------------------------ run
     def run(self, validate: bool) -> Lowered:
         for cs in self.cdef.statements:
@@ -248,7 +297,7 @@ class Lowering:
         known = isl.Set.universe(space)
         for g in cs.given:
             v = R.variable(space, self.names[g.index])
-            c = self.affine(g.lo, space, cs).le_set(v) & v.lt_set(self.affine(g.hi, space, cs))
+            c = self.bound(g.lo, space, cs, g).le_set(v) & v.lt_set(self.bound(g.hi, space, cs, g))
             constraints[g.index] = c
             known &= c
         self.pending: dict[str, tuple[isl.PwAff, isl.PwAff]] = {}

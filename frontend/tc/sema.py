@@ -6,7 +6,8 @@ interface, the tensors with their roles, and per statement the typed expression 
 indices in order of first appearance), its ``where`` ranges and the range-inference
 plan (ranges.py). Everything that can be checked without knowing the sizes is checked
 here: names, duplicates, ranks, definition order, types, affine indices, whether every
-index's range can be inferred. lower.py then computes the ranges with isl.
+index's range can be inferred. lower.py then computes the ranges with isl. The type
+of an untyped output or temporary comes from all its writes (``infer_written_types``).
 
     def f(float(N) A) -> (B) { B(i) = A(i) * 2 }
       -> statement 0: B(i) = A(i) * 2.0f (float32), index i bounded by A(i) dim 0
@@ -14,13 +15,17 @@ index's range can be inferred. lower.py then computes the ranges with isl.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 from polycomp import expr as E
 from polycomp.errors import (
     DefinitionOrderError,
     DuplicateNameError,
     ParseError,
+    PolycompError,
     RangeInferenceError,
     RankMismatchError,
     TypeMismatchError,
@@ -33,7 +38,7 @@ from polycomp.ir import Interface, ScalarArg, TensorArg, format_access
 from . import syntax as S
 from .parser import MAX_DEPTH
 from .ranges import Given, Inferred, Occurrence, plan
-from .typecheck import FUNCTIONS, Scope, TensorInfo, Typer
+from .typecheck import CAST_HINT, FUNCTIONS, Scope, TensorInfo, Typed, Typer, weak_default
 
 BUILTINS = frozenset(FUNCTIONS) | frozenset(S.TYPE_NAMES)
 
@@ -93,8 +98,103 @@ def check_module(module: S.Module) -> list[CheckedDef]:
             raise DuplicateNameError(f"a def named '{d.name.name}' is already defined at line "
                                      f"{line}", _loc(module, d.name), hint="rename one of them")
         seen[d.name.name] = d
-        out.append(DefChecker(module, d).run())
+        out.append(DefChecker(module, d, infer_written_types(module, d)).run())
     return out
+
+
+# ----------------------------------------------------------------------------- written types
+#
+# An untyped output or temporary takes one type from *all* its writes, not from the
+# first one: ``T(i) = 0`` followed by ``T(i) += A(i, k) * 0.5`` makes T float32 (typed
+# by its first write it would be int32, and the float sums would be truncated). The
+# types of the written values can depend on the types of other temporaries (and of T
+# itself, through reads), so they are found by checking the def leniently (a statement
+# that fails is skipped: the strict check that follows reports it) until the types stop
+# changing; they only ever widen, so this ends.
+
+MAX_TYPE_ROUNDS = 64
+
+
+@dataclass(frozen=True)
+class WrittenType:
+    """The type of an untyped output or temporary, and the write that decided whether it
+    holds bools or numbers (its first write of a value that is not a literal)."""
+
+    dtype: str
+    origin: S.Stmt
+
+
+@dataclass(frozen=True)
+class Write:
+    """A statement's right-hand side value (typed, before conversion) into a tensor."""
+
+    tensor: str
+    value: Typed
+    stmt: S.Stmt
+
+
+def infer_written_types(module: S.Module, d: S.Def) -> dict[str, WrittenType]:
+    """The type of every untyped output or temporary written by several statements."""
+    declared = {p.name.name for p in d.params} | {o.name.name for o in d.outputs if o.type}
+    counts = Counter(s.lhs.name for s in d.stmts if s.lhs.name not in declared)
+    if all(c < 2 for c in counts.values()):
+        return {}  # one write each: its value's type, as the strict check finds it
+    types: dict[str, WrittenType] = {}
+    for _ in range(MAX_TYPE_ROUNDS):
+        new = join_writes(DefChecker(module, d, types).probe(), types)
+        if new == types:
+            break
+        types = new
+    return types
+
+
+def join_writes(writes: list[Write], previous: dict[str, WrittenType]
+                ) -> dict[str, WrittenType]:
+    """Per tensor, the type of its written values combined as the operands of one
+    arithmetic expression are (``polycomp.expr.promote``: float beats int, wider beats
+    narrower), a literal adopting the type of the others: ``0`` next to float32 values
+    is float32, ``0.5`` next to int32 values makes float32, literals alone take their
+    default type (int32, int64 if needed, float32). An integer literal that does not fit
+    in the others' integer type widens it to the literal's default type instead of
+    being an error. Bool values do not mix with numbers: the first non-literal write
+    decides, and the strict check reports a write of the other kind."""
+    by_tensor: dict[str, list[Write]] = {}
+    for w in writes:
+        by_tensor.setdefault(w.tensor, []).append(w)
+    out = dict(previous)
+    for name, ws in by_tensor.items():
+        strong = [w for w in ws if not w.value.weak]
+        origin = previous[name].origin if name in previous else \
+            strong[0].stmt if strong else ws[0].stmt
+        is_bool = any(w.stmt is origin and not w.value.weak and w.value.dtype == "bool"
+                      for w in ws) or (name in previous and previous[name].dtype == "bool")
+        if is_bool:
+            out[name] = WrittenType("bool", origin)
+            continue
+        dtype: str | None = previous[name].dtype if name in previous else None
+        for w in strong:
+            if w.value.dtype != "bool":
+                dtype = w.value.dtype if dtype is None else E.promote(dtype, w.value.dtype)
+        weak = [w.value for w in ws if w.value.weak]
+        if any(v.weak == "float" for v in weak) and (dtype is None or not E.is_float(dtype)):
+            dtype = "float32" if dtype is None else E.promote(dtype, "float32")
+        ints = [int(v.value) for v in weak if v.weak == "int"]  # type: ignore[arg-type]
+        if ints and dtype is None:
+            dtype = weak_default(max(ints, key=abs), "int")
+        elif ints and not E.is_float(dtype):  # type: ignore[arg-type]
+            for v in ints:
+                if not _fits(v, dtype):  # type: ignore[arg-type]
+                    dtype = E.promote(dtype, weak_default(v, "int"))  # type: ignore[arg-type]
+                    if not _fits(v, dtype):  # e.g. -1 next to uint64
+                        dtype = "int64"
+        if dtype is not None:
+            out[name] = WrittenType(dtype, origin)
+    return out
+
+
+def _fits(value: int, dtype: str) -> bool:
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min) <= value <= int(info.max)
 
 
 def _loc(module: S.Module, node: S.Node):
@@ -104,8 +204,10 @@ def _loc(module: S.Module, node: S.Node):
 class DefChecker:
     """Checks one def: its parameter list, outputs, then each statement in order."""
 
-    def __init__(self, module: S.Module, d: S.Def):
+    def __init__(self, module: S.Module, d: S.Def, types: dict[str, WrittenType] | None = None):
         self.module, self.d = module, d
+        self.types = types or {}  # untyped outputs and temporaries: their type
+        self.writes: list[Write] = []  # every value written to one of them, in order
         self.tensors: dict[str, TensorInfo] = {}
         self.scalars: dict[str, str] = {}
         self.sizes: list[str] = []
@@ -114,6 +216,24 @@ class DefChecker:
 
     def error(self, cls: type, message: str, node: S.Node, hint: str):
         return cls(message, _loc(self.module, node), hint=hint)
+
+    def probe(self) -> list[Write]:
+        """Check leniently, skipping statements that fail; the values written to untyped
+        outputs and temporaries."""
+        try:
+            self.params()
+            self.outputs()
+        except PolycompError:
+            return []  # no statement can be checked: the strict check reports it
+        first_writer: dict[str, S.Stmt] = {}
+        for stmt in self.d.stmts:
+            first_writer.setdefault(stmt.lhs.name, stmt)
+        for k, stmt in enumerate(self.d.stmts):
+            try:
+                StatementChecker(self, k, stmt, first_writer).run()
+            except PolycompError:
+                continue
+        return self.writes
 
     def run(self) -> CheckedDef:
         self.params()
@@ -285,7 +405,13 @@ class StatementChecker:
         tensor = self.lhs_tensor(rhs, exists)
         typer = Typer(self.scope)
         value = typer.value(rhs)
-        dtype = tensor.dtype or typer.strong(value, rhs).dtype
+        untyped = tensor.role != "input" and tensor.dims is None
+        if untyped:
+            self.owner.writes.append(Write(tensor.name, value, stmt))
+        inferred = self.owner.types.get(tensor.name) if untyped else None
+        if inferred is not None:
+            self.check_write_kind(tensor.name, value, inferred, rhs)
+        dtype = tensor.dtype or (inferred.dtype if inferred else typer.strong(value, rhs).dtype)
         if stmt.op is not None and dtype == "bool":
             raise self.error(TypeMismatchError, f"the reduction '{stmt.op}=' cannot combine bool "
                              "values", stmt.lhs, "cast the values to a number first, e.g. "
@@ -301,6 +427,22 @@ class StatementChecker:
         return CheckedStmt(self.number, stmt, self.module.source[stmt.start:stmt.end],
                            tensor.name, stmt.op, stmt.init, target, expr, tuple(indices),
                            len(lhs), given, occurrences, inferred, tuple(self.scope.strides))
+
+    def check_write_kind(self, name: str, value: Typed, inferred: WrittenType,
+                         rhs: S.Expr) -> None:
+        """An inferred tensor holds bools or numbers, not both (no promotion joins them)."""
+        is_bool = not value.weak and value.dtype == "bool"
+        if is_bool == (inferred.dtype == "bool") or inferred.origin is self.stmt:
+            return
+        line = location_in_text(self.module.source, inferred.origin.start).line
+        what = "a bool value" if is_bool else \
+            "a number" if value.weak else f"a {value.dtype} value"
+        other = "bool values" if inferred.dtype == "bool" else "numbers"
+        raise self.error(TypeMismatchError, f"'{name}' is written with {what} here but with "
+                         f"{other} at line {line}; its type ({inferred.dtype}) comes from all "
+                         "its writes, and bool does not mix with numbers", rhs,
+                         "make every write the same kind: " + CAST_HINT + ", or declare "
+                         "the output with a type")
 
     def lhs_node(self) -> S.Node:
         stmt = self.stmt

@@ -12,7 +12,9 @@ Two kinds of expression are typed here:
   expressions of the statement's indices, the sizes, integer literals and ``T.k``.
   A product of a size (or integer scalar) with an index is a *stride*: allowed, but
   only lowerable once sizes are known. An index that reads a tensor (``T(Idx(i), j)``)
-  is a gather: typed as a value, it must be an integer.
+  is a gather: typed as a value, it must be an integer. A range bound may also take
+  ``min``/``max`` of such expressions (an ``E.Call`` in the tree; lower.py makes it a
+  piecewise isl bound); a tensor index may not.
 
 Literal typing (also in docs/TC.md): a literal is "weak" and takes its type from the
 other operand of the operator it meets: an integer literal becomes that type (float32
@@ -144,6 +146,7 @@ class Typer:
 
     def __init__(self, scope: Scope):
         self.scope = scope
+        self.in_bound = False  # typing a where-range bound: min/max are allowed
 
     def error(self, cls: type[PolycompError], message: str, node: S.Node, hint: str
               ) -> PolycompError:
@@ -453,11 +456,18 @@ class Typer:
         return self.affine(node)
 
     def bound(self, node: S.Expr) -> Index:
-        """A where-range bound: affine, no tensor reads."""
+        """A where-range bound: affine, no tensor reads; ``min`` and ``max`` of affine
+        bounds are allowed too (piecewise affine: lower.py turns them into isl PwAffs,
+        so ``k in max(0, 1 - h):min(3, H + 1 - h)`` clips a window exactly)."""
         if self.reads_tensor(node):
             raise self.error(NonAffineError, "a range bound cannot read a tensor", node,
-                             "bounds are affine expressions of sizes, indices and constants")
-        return self.affine(node)
+                             "bounds are affine expressions of sizes, indices and constants, "
+                             "or min/max of them")
+        self.in_bound = True
+        try:
+            return self.affine(node)
+        finally:
+            self.in_bound = False
 
     def reads_tensor(self, node: S.Expr) -> bool:
         tensors = self.scope.tensors
@@ -509,6 +519,30 @@ class Typer:
 
     def _i_DimRef(self, node: S.DimRef) -> Index:
         return Index(self.dim_ref(node), False, frozenset())
+
+    def _i_Apply(self, node: S.Apply) -> Index:
+        name = node.ident.name
+        if name not in ("min", "max"):
+            raise self.error(NonAffineError, f"'{self.scope.text(node)}' is not an affine "
+                             "index expression", node, "indices are sums of indices times "
+                             "constants, sizes and constants; a data-dependent index "
+                             "reads a tensor")
+        if not self.in_bound:
+            # an access through min/max would need a piecewise access map; bounds only
+            # constrain the domain, where isl takes pieces (and unions) in its stride
+            raise self.error(NonAffineError, f"'{name}' cannot appear in a tensor index",
+                             node, f"{name}(a, b) is allowed in where-range bounds ('where "
+                             f"k in max(0, 1 - h):min(K, H + 1 - h)'); clip the range of the "
+                             "index instead")
+        if len(node.args) != 2:
+            raise self.error(TypeMismatchError, f"{name} takes 2 arguments, not "
+                             f"{len(node.args)}", node, f"write {name}(a, b); nest it for more: "
+                             f"{name}(a, {name}(b, c))")
+        a, b = self.affine(node.args[0]), self.affine(node.args[1])
+        e = E.Call(name, (a.expr, b.expr), E.INDEX_DTYPE)
+        # not "literal": constant_value() cannot fold a min/max, so it must not be taken
+        # for a constant divisor or factor
+        return Index(e, False, a.names | b.names, max(a.degree, b.degree))
 
     def _i_Unary(self, node: S.Unary) -> Index:
         if node.op != "-":
