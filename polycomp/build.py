@@ -1,5 +1,10 @@
 """Build: C source -> shared library on disk, cached.
 
+``build_library`` makes one kernel's library; ``build_object`` and ``link_library``
+make one library of several translation units (a whole ONNX model's groups and its
+entry: polycomp/onnx/library.py), each object cached on its own, so that a model that
+shares kernels with another compiles only what is new.
+
 The compiler is run without a shell (an argv list). Flags: ``-O3 -march=native`` unless
 Options.cflags or $CFLAGS say otherwise, always with ``-fopenmp -fPIC -shared``; the
 compiler is Options.cc, else $CC, else gcc. When the compiler is gcc, ``-fno-tree-loop-
@@ -149,19 +154,74 @@ def build_library(text: str, entry: str, options: Options) -> Path:
     compiler, flags = compiler_command(options)
     defines, libraries = vector_math_flags(text)
     command = [*compiler, *flags, *REQUIRED_FLAGS, *defines]
-    key = hashlib.sha256("\0".join([text, *command, compiler_identity(tuple(compiler)),
-                                    cpu_identity()]).encode()).hexdigest()[:24]
-    directory = cache_dir() if options.cache else Path(tempfile.mkdtemp(prefix="polycomp-"))
-    directory.mkdir(parents=True, exist_ok=True)
+    key = _key(compiler, [text, *command])
+    directory = _directory(options)
     stem = f"{entry[:NAME_LIMIT]}-{key}"
     library = directory / f"{stem}.so"
     if options.cache and library.exists():
         return library
     source_path = directory / f"{stem}.c"
     _write_atomically(source_path, text.encode())
-    fd, tmp = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so.tmp", dir=directory)
+    _compile_into(library, [*command, "-o", "{out}", str(source_path), *libraries, "-lm"],
+                  f"the C compiler failed on {source_path}")
+    return library
+
+
+def build_object(text: str, stem: str, options: Options) -> Path:
+    """Compile ``text`` to a position-independent object file (cached like libraries):
+    one translation unit of a library that link_library puts together."""
+    compiler, flags = compiler_command(options)
+    defines, _ = vector_math_flags(text)
+    command = [*compiler, *flags, "-fopenmp", "-fPIC", "-c", *defines]
+    key = _key(compiler, [text, *command])
+    directory = _directory(options)
+    name = f"{stem[:NAME_LIMIT]}-{key}"
+    obj = directory / "objects" / f"{name}.o"
+    if options.cache and obj.exists():
+        return obj
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    source_path = obj.with_suffix(".c")
+    _write_atomically(source_path, text.encode())
+    _compile_into(obj, [*command, "-o", "{out}", str(source_path)],
+                  f"the C compiler failed on {source_path}")
+    return obj
+
+
+def link_library(objects: list[Path], texts: list[str], stem: str, options: Options) -> Path:
+    """One shared library of ``objects`` (built by build_object from ``texts``, whose
+    vector math decides the libraries linked)."""
+    compiler, flags = compiler_command(options)
+    libraries = sorted({lib for text in texts for lib in vector_math_flags(text)[1]})
+    command = [*compiler, *flags, *REQUIRED_FLAGS]
+    key = _key(compiler, [*map(str, objects), *command, *libraries])
+    library = _directory(options) / f"{stem[:NAME_LIMIT]}-{key}.so"
+    if options.cache and library.exists():
+        return library
+    _compile_into(library, [*command, "-o", "{out}", *map(str, objects), *libraries, "-lm"],
+                  f"linking {len(objects)} objects into {library.name} failed")
+    return library
+
+
+def _key(compiler: list[str], parts: list[str]) -> str:
+    """The cache key of a build: its inputs, the compiler's identity and the CPU model
+    (``-march=native`` code does not travel)."""
+    return hashlib.sha256("\0".join([*parts, compiler_identity(tuple(compiler)),
+                                      cpu_identity()]).encode()).hexdigest()[:24]
+
+
+def _directory(options: Options) -> Path:
+    directory = cache_dir() if options.cache else Path(tempfile.mkdtemp(prefix="polycomp-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _compile_into(target: Path, argv: list[str], failure: str) -> None:
+    """Run the compiler (no shell) with ``{out}`` in argv standing for a private
+    temporary name, then rename the result to ``target`` atomically."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=target.suffix + ".tmp",
+                               dir=target.parent)
     os.close(fd)
-    argv = [*command, "-o", tmp, str(source_path), *libraries, "-lm"]
+    argv = [tmp if a == "{out}" else a for a in argv]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -170,10 +230,9 @@ def build_library(text: str, entry: str, options: Options) -> Path:
     if done.returncode != 0:
         _remove(tmp)
         detail = "\n".join(done.stderr.strip().splitlines()[:20])
-        raise CompilerError(f"the C compiler failed on {source_path}:\n{detail}",
+        raise CompilerError(f"{failure}:\n{detail}",
                             hint=f"command: {' '.join(shlex.quote(a) for a in argv)}")
-    os.replace(tmp, library)
-    return library
+    os.replace(tmp, target)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

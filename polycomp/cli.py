@@ -6,7 +6,7 @@
                              (the whole file back, its #pragma scop region optimised)
     polycomp run FILE.tc --sizes M=512,N=256 [--entry NAME] [--scheduler S] [--repeat N]
     polycomp compile MODEL.onnx [--shape NAME=1,3,224,224 ...] [--emit plan|c|schedule|ir]
-                             [-o OUT]   (without --emit, -o writes a JSON manifest)
+                             [-o OUT.so]   (without --emit: the model as one library)
     polycomp run MODEL.onnx [--shape NAME=1,3,224,224 ...] [--sizes BATCH=8] [--repeat N]
                              (checked against onnxruntime when it is installed)
     polycomp demo
@@ -117,10 +117,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"{PARAMETRIC_TIME_LIMIT:g}; 0: no limit)")
     p.add_argument("-o", "--output",
                    help="write to this file instead of standard output; for an .onnx model "
-                        "without --emit, a JSON manifest of the compiled model: per step in "
-                        "run order, a group's shared library (its path in polycomp's kernel "
-                        "cache), entry point and input/output values, or a host view op. The "
-                        "manifest names the libraries; it is not one self-contained library")
+                        "without --emit, the whole model as one shared library with one "
+                        "entry (polycomp_model_run), its weights beside it in OUT.constants "
+                        "and a JSON description of the entry's slots in OUT.json")
     p.set_defaults(handler=_compile)
 
     p = sub.add_parser("run", help="run on random inputs, check against scheduler=none, time it")
@@ -359,8 +358,15 @@ def _compile_onnx(args: argparse.Namespace) -> int:
     compiled = session.compiled(shapes)
     seconds = time.perf_counter() - start
     if what == "manifest":
-        text = json.dumps(onnx_manifest(args.file, shapes, compiled, session.options), indent=1)
-    elif what == "plan":
+        from .onnx.library import export_library
+        described = export_library(compiled.library, compiled.constants, args.output,
+                                   args.file, shapes)
+        print(f"wrote {args.output} (entry polycomp_model_run, "
+              f"{len(described['kernels_in_order'])} kernel calls, arena "
+              f"{described['arena_bytes']} bytes), {args.output}.constants "
+              f"({len(described['constants'])} constants) and {args.output}.json")
+        return 0
+    if what == "plan":
         text = format_plan(args.file, shapes, compiled, seconds)
     else:
         text = emit_groups(compiled, what)
@@ -420,34 +426,12 @@ def emit_groups(compiled, what: str) -> str:
         if what == "ir":
             parts.append(format_program(step.program))
         else:
-            variant = compiled.kernels[step.name].specialize({})
+            variant = compiled.kernels[step.name].specialize({}, build=False)
             parts.append(emit(variant.compiled, what))
+    if what == "c":
+        parts.append("// ---- the model's entry (one library holds it and every group above)")
+        parts.append(compiled.library.source)
     return "\n".join(parts)
-
-
-def onnx_manifest(path: str, shapes, compiled, options: Options) -> dict:
-    """What ``-o`` writes for a model: the steps in run order, each group's library."""
-    from .build import build_library
-    from .frontend.onnx.plan import HostStep
-
-    steps = []
-    for step in compiled.plan.steps:
-        if isinstance(step, HostStep):
-            steps.append({"host": step.node.op_type, "node": step.node.name,
-                          "inputs": [i for i in step.node.inputs if i],
-                          "outputs": [o for o in step.node.outputs if o]})
-            continue
-        entry: dict = {"group": step.name, "nodes": [n.name for n in step.nodes],
-                       "inputs": [value for _, value in step.inputs],
-                       "outputs": [value for _, value in step.outputs],
-                       "empty_outputs": list(step.empty_outputs)}
-        if step.program is not None:
-            source = compiled.kernels[step.name].specialize({}).compiled.source
-            entry["library"] = str(build_library(source.text, source.entry, options))
-            entry["entry"] = source.entry
-        steps.append(entry)
-    return {"model": os.path.abspath(path), "input_shapes": {k: list(v) for k, v in shapes.items()},
-            "outputs": list(compiled.graph.outputs), "steps": steps}
 
 
 def _run_onnx(args: argparse.Namespace) -> int:

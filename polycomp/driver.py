@@ -24,6 +24,7 @@ from .scheduler.budget import SchedulerFallbackWarning, call_in_time_limit
 from .scheduler.blocking import block_channels
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
+from .scheduler.inlining import inline_pointwise
 from .scheduler.reductions import annotate_simd_reductions, relax_reductions
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
@@ -54,6 +55,8 @@ def compile_program(program: Program, options: Options) -> Compiled:
     program.validate()
     if options.block_channels and options.scheduler not in ("none", "custom"):
         program = block_channels(program)
+    if options.scheduler not in ("none", "custom"):
+        program = inline_pointwise(program)  # after blocking: its unpack is inlined too
     if options.expand_scalars and options.scheduler != "none":
         program = expand_scalars(program)
     deps = relax_reductions(program, compute_dependences(program), options.exact_fp)

@@ -65,10 +65,19 @@ class Definition(Protocol):
 
 @dataclass(eq=False)
 class Variant:
-    """One compiled specialisation: the pipeline's products and the loaded entry."""
+    """One compiled specialisation: the pipeline's products and its entry, built and
+    loaded on first use (a whole ONNX model links its groups' C into one library of its
+    own, polycomp/onnx/library.py, and never needs a library per group)."""
 
     compiled: Compiled
-    function: ctypes._CFuncPtr  # type: ignore[name-defined]
+    options: Options
+    _function: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+
+    @property
+    def function(self) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+        if self._function is None:
+            self._function = load(self.compiled, self.options)
+        return self._function
 
     @functools.cached_property
     def parallel(self) -> bool:
@@ -138,16 +147,19 @@ class Kernel:
         self._parametric: Compiled | None = None
 
     # ------------------------------------------------------------------ compiling
-    def specialize(self, sizes: Mapping[str, int]) -> Variant:
-        """Compile (or fetch) the variant for these sizes."""
+    def specialize(self, sizes: Mapping[str, int], build: bool = True) -> Variant:
+        """Compile (or fetch) the variant for these sizes; ``build=False`` leaves the C
+        compiler for its first call."""
         sizes = arguments.check_sizes(sizes)
         key = () if self.options.parametric else tuple(sorted((k, int(v)) for k, v in sizes.items()))
         variant = self._variants.get(key)
         if variant is None:
             program = self.definition.lower(None if self.options.parametric else dict(sizes))
             compiled = self._compile(program)
-            variant = Variant(compiled, load(compiled, self.options))
+            variant = Variant(compiled, self.options)
             self._variants[key] = variant
+        if build:
+            variant.function  # noqa: B018  (builds and loads: compiler errors surface here)
         self._last = variant.compiled
         return variant
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import islpy as isl
 import numpy as np
@@ -27,8 +27,9 @@ from polycomp.frontend.onnx.ops.host import run_host
 from polycomp.frontend.onnx.plan import GroupStep, HostStep, ModelPlan, build_plan
 from polycomp.frontend.onnx.prepack import split_constant_work
 from polycomp.ir import Interface, Program, TensorArg
+from polycomp.onnx import model_cache
+from polycomp.onnx.library import ModelLibrary, link_model
 from polycomp.compile_cache import CachedKernel
-from polycomp.memory import aligned_empty
 from polycomp.options import Options
 from polycomp.runtime import Kernel
 
@@ -68,15 +69,38 @@ class GroupDefinition:
 
 @dataclass(eq=False)
 class CompiledModel:
-    """One set of input shapes: the plan and a Kernel per group step."""
+    """One set of input shapes: the model's library, which runs every group in one call
+    (polycomp/onnx/library.py), and its constants; and, for describing it, the plan, a
+    Kernel per group step (its Program, schedule and C; identical groups share one)
+    and the memory plan. A model from the disk cache (polycomp/onnx/model_cache.py) has
+    only the first two until something asks for the others: they are made then."""
 
-    plan: ModelPlan
-    kernels: dict[str, Kernel]  # group name -> kernel
+    library: ModelLibrary
     compile_seconds: float
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
-    memory: MemoryPlan | None = None
-    # arenas not in use by a run (a run on another thread takes its own)
-    spare_arenas: list[np.ndarray] = field(default_factory=list)
+    constants: dict[str, np.ndarray]
+    outputs: tuple[str, ...]  # the graph outputs, in order
+    details: tuple[ModelPlan, dict[str, Kernel], MemoryPlan] | None = None
+    rebuild: Callable[[], tuple[ModelPlan, dict[str, Kernel], MemoryPlan]] | None = None
+    from_cache: bool = False  # whether the library came from the model cache
+
+    def _details(self) -> tuple[ModelPlan, dict[str, Kernel], MemoryPlan]:
+        if self.details is None:
+            assert self.rebuild is not None
+            self.details = self.rebuild()
+        return self.details
+
+    @property
+    def plan(self) -> ModelPlan:
+        return self._details()[0]
+
+    @property
+    def kernels(self) -> dict[str, Kernel]:
+        """Group name -> its kernel (for its Program, schedule and C)."""
+        return self._details()[1]
+
+    @property
+    def memory(self) -> MemoryPlan:
+        return self._details()[2]
 
     @property
     def graph(self) -> Graph:
@@ -100,7 +124,7 @@ def group_kernel(step: GroupStep, options: Options) -> Kernel:
         definition = GroupDefinition(step.program, [a for a, _ in step.inputs],
                                      [a for a, _ in step.outputs])
         kernel = CachedKernel(definition, options, signature)
-        kernel.specialize({})
+        kernel.specialize({}, build=False)  # its C goes into the model's library
         with _KERNELS_LOCK:
             kernel = _KERNELS.setdefault(key, kernel)
     return kernel
@@ -125,6 +149,7 @@ class InferenceSession:
         self._compiled: dict[tuple, CompiledModel] = {}
         self._lock = threading.Lock()
         self._value_inputs: set[str] = set()  # inputs compiled in by value (_compile)
+        self._digest: str | None = None  # of the model, for the model cache's keys
         static = {a.name: tuple(a.shape) for a in self._inputs
                   if self._ranked[a.name] and all(isinstance(d, int) for d in a.shape)}
         if len(static) == len(self._inputs):  # every shape known: compile now
@@ -200,13 +225,14 @@ class InferenceSession:
             times: list[float] = []
             execute(compiled, feeds, times)
             best = times if best is None else [min(a, b) for a, b in zip(best, times)]
+        seconds = dict(zip(compiled.library.step_names, best or []))
         out = []
-        for step, seconds in zip(compiled.plan.steps, best or []):
+        for step in compiled.plan.steps:  # host steps are views: no time of their own
             if isinstance(step, HostStep):
-                out.append((step.node.op_type, step.node.name, seconds))
+                out.append((step.node.op_type, step.node.name, 0.0))
             else:
                 out.append((step.name, ", ".join(f"{n.name} ({n.op_type})" for n in step.nodes),
-                            seconds))
+                            seconds.get(step.name, 0.0)))
         return out
 
     def _check_feed(self, input_feed: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -276,6 +302,33 @@ class InferenceSession:
     def _build(self, shapes: Mapping[str, tuple[int, ...]],
                fixed: Mapping[str, np.ndarray]) -> CompiledModel:
         start = time.perf_counter()
+        key = None
+        if self.options.cache:
+            if self._digest is None:
+                self._digest = model_cache.model_digest(self._model.model)
+            key = model_cache.model_key(self._digest, shapes, fixed, self.options)
+            hit = model_cache.load(key, self.options)
+            if hit is not None:
+                hit.library.bind(hit.constants)
+                return CompiledModel(hit.library, time.perf_counter() - start, hit.constants,
+                                     tuple(hit.notes["outputs"]),
+                                     rebuild=lambda: self._plan(shapes, fixed)[:3],
+                                     from_cache=True)
+        plan, kernels, memory, constants = self._plan(shapes, fixed)
+        records = {name: k.specialize({}, build=False).compiled for name, k in kernels.items()}
+        feeds = [a.name for a in self._inputs if a.name in shapes]
+        library = link_model(plan, records, memory, feeds, constants, self.options)
+        library.bind(constants)
+        outputs = tuple(plan.graph.outputs)
+        if key is not None:
+            model_cache.store(key, library, constants, {"outputs": list(outputs)}, self.options)
+        return CompiledModel(library, time.perf_counter() - start, constants, outputs,
+                             (plan, kernels, memory))
+
+    def _plan(self, shapes: Mapping[str, tuple[int, ...]], fixed: Mapping[str, np.ndarray]
+              ) -> tuple[ModelPlan, dict[str, Kernel], MemoryPlan, dict[str, np.ndarray]]:
+        """The plan, a compiled Kernel per group (not built: the library holds their C),
+        the memory plan, and the constants after load-time work."""
         graph = specialise(self._model, dict(shapes), dict(fixed))
         plan = build_plan(graph)
         constants = {name: v.const for name, v in plan.graph.values.items()
@@ -287,8 +340,7 @@ class InferenceSession:
                           and s.program is not None else s for s in plan.steps]
         kernels = {s.name: group_kernel(s, self.options) for s in plan.groups
                    if s.program is not None}
-        return CompiledModel(plan, kernels, time.perf_counter() - start, constants,
-                             plan_memory(plan))
+        return plan, kernels, plan_memory(plan), constants
 
     def _value_sources(self, value: str, feeds: Mapping[str, np.ndarray] | None) -> set[str]:
         """The graph inputs ``value`` is computed from that may be compiled in: small
@@ -337,54 +389,28 @@ def _typed_outputs(model) -> list:
 
 def execute(compiled: CompiledModel, feeds: Mapping[str, np.ndarray],
             timings: list[float] | None = None) -> dict[str, np.ndarray]:
-    """Run the plan's steps in order; the values by name. Intermediate values live in
-    one arena at the offsets of the memory plan; graph outputs are fresh arrays.
-    ``timings`` (if given) receives each step's seconds, in step order."""
-    graph = compiled.graph
-    env: dict[str, np.ndarray] = dict(compiled.constants)
-    env.update(feeds)
-    memory = compiled.memory
-    arena = compiled.spare_arenas.pop() if compiled.spare_arenas else None
-    if arena is None and memory is not None:
-        arena = aligned_empty((max(memory.arena_bytes, 1),), "uint8")
-    try:
+    """Run the model's library on the feeds; the graph outputs by name (fresh arrays:
+    never the session's constants, the feed or one another's bytes). ``timings`` (if
+    given) receives each group kernel's seconds, in plan order."""
+    env = compiled.library.run(feeds, timings)
+    missing = [name for name in compiled.outputs if name not in env]
+    if missing:
+        graph = compiled.graph
+        # outputs no kernel writes: feeds, constants, empty values, Dropout's mask, or
+        # views of those (host steps on numpy)
+        known: dict[str, np.ndarray] = {**compiled.constants, **feeds, **env}
         for step in compiled.plan.steps:
-            if timings is not None:
-                timings.append(time.perf_counter())
             if isinstance(step, HostStep):
                 node = step.node
-                outs = run_host(node, graph, [env[i] for i in node.inputs if i])
-                for name, value in zip([o for o in node.outputs if o], outs):
-                    env[name] = value
-                continue
-            for name in step.empty_outputs:
-                v = graph.values[name]
-                env[name] = np.zeros(v.shape, dtype=v.dtype)
-            if step.program is None:
-                continue
-            kernel = compiled.kernels[step.name]
-            args = [_contiguous(env[value]) for _, value in step.inputs]
-            out = {}
-            if memory is not None and arena is not None:
-                for array, value in step.outputs:
-                    offset = memory.offsets.get(value)
-                    if offset is not None:
-                        v = graph.values[value]
-                        n = int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
-                        out[array] = arena[offset:offset + n].view(v.dtype).reshape(v.shape)
-            result = kernel(*args, out=out)
-            results = result if isinstance(result, tuple) else (result,)
-            for (_, value), array in zip(step.outputs, results):
-                env[value] = array
-        if timings is not None:
-            end = time.perf_counter()
-            timings[:] = [b - a for a, b in zip(timings, timings[1:] + [end])]
-    finally:
-        if arena is not None:
-            compiled.spare_arenas.append(arena)
-    for name in graph.outputs:  # never hand out the session's own constants or the feed
-        if name in compiled.constants or name in feeds:
-            env[name] = np.array(env[name], copy=True)
+                if all(i in known for i in node.inputs if i):
+                    outs = run_host(node, graph, [known[i] for i in node.inputs if i])
+                    known.update(zip([o for o in node.outputs if o], outs))
+            else:
+                for name in step.empty_outputs:
+                    v = graph.values[name]
+                    known[name] = np.zeros(v.shape, dtype=v.dtype)
+        for name in missing:
+            env[name] = np.array(known[name], copy=True)
     return env
 
 
