@@ -138,6 +138,8 @@ class Helpers:
         if name not in self.used:
             if dtype is None:
                 self.used[name] = HELPER_TEMPLATES[kind]
+            elif kind == "ipow":
+                self.used[name] = _ipow_c(name, dtype)
             elif kind in ("div", "mod"):
                 bad = f"d == 0 || (d == -1 && n == {_MIN[dtype]})" if dtype in _MIN else "d == 0"
                 self.used[name] = HELPER_TEMPLATES[kind].format(t=CTYPES[dtype], d=dtype, bad=bad)
@@ -145,6 +147,18 @@ class Helpers:
                 ctype = CTYPES[dtype]
                 exp = self.call("expf" if dtype in ("float16", "float32") else "exp")
                 self.used[name] = HELPER_TEMPLATES[kind].format(t=ctype, d=dtype, exp=exp)
+        return name
+
+    def conversion(self, conv: E.Conversion, arg_dtype: str) -> str:
+        """The helper converting to or from a storage format (polycomp/expr.FORMATS),
+        defined on first use; the 4- and 2-bit integer encoders have one form for float
+        arguments and one for integer ones."""
+        suffix = ""
+        if conv.direction == "encode" and conv.fmt in INT_FORMATS:
+            suffix = "_f" if E.is_float(arg_dtype) else "_i"
+        name = f"polycomp_{conv.func}{suffix}"
+        if name not in self.used:
+            self.used[name] = conversion_c(conv, name, suffix == "_f")
         return name
 
     def text(self) -> str:
@@ -294,6 +308,13 @@ class ValuePrinter:
             work = "float32" if dtype == "float16" else dtype
             fn = self.helpers.need("sigmoid", work)
             return self._narrow(Text(f"{fn}({args[0].code})"), dtype)
+        if node.func == "pow" and not E.is_float(dtype):
+            fn = self.helpers.need("ipow", dtype)
+            return Text(f"{fn}({args[0].code}, (int64_t){args[1].at(UNARY)})")
+        conv = E.conversion(node.func)
+        if conv is not None:
+            fn = self.helpers.conversion(conv, node.args[0].dtype)
+            return Text(f"{fn}({args[0].code})")
         if node.func == "rsqrt":
             one = "1.0f" if dtype in ("float16", "float32") else "1.0"
             root = Text(f"{MATH_FN('sqrt', dtype)}({args[0].code})")
@@ -357,3 +378,139 @@ def constant(value: int | float | bool, dtype: str) -> Text:
     if -(2**31) <= v < 2**31:
         return Text(str(v), PRIMARY if v >= 0 else UNARY)
     return Text(f"{v}LL", PRIMARY if v >= 0 else UNARY)
+
+
+def _ipow_c(name: str, dtype: str) -> str:
+    """An integer power by squaring, wrapping as the integer type does (its products in
+    uint64_t, whose low bits are those of any narrower type's). A negative exponent gives
+    1/b^-e truncated: 1 for b = 1, +-1 for b = -1, else 0 (numpy refuses it; so does
+    nothing in C)."""
+    t = CTYPES[dtype]
+    negative = (f"b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0" if dtype.startswith("int")
+                else "b == 1")
+    return (f"static inline {t} {name}({t} b, int64_t e) {{ if (e < 0) return ({t})({negative}); "
+            "uint64_t r = 1, x = (uint64_t)b; "
+            "while (e) { if (e & 1) r *= x; x *= x; e >>= 1; } "
+            f"return ({t})r; }}")
+
+
+# ----------------------------------------------------------------------------- storage formats
+# The conversions of polycomp/expr.FORMATS as C, bit by bit in integers (no floating-point
+# operation, so no rounding mode or -ffast-math changes them). Encoders take a float:
+# ml_dtypes (onnx's reference) converts a double through float too, and float16 and
+# float32 reach it exactly. The float formats: (exponent bits, mantissa bits, bias, kind)
+# with kind "ieee" (Inf and NaNs), "fn" (no Inf; the all-ones pattern is NaN), "fnuz"
+# (no Inf, no -0; 0x80 is the one NaN) or "finite" (neither Inf nor NaN).
+FLOAT_FORMATS = {
+    "bfloat16": (8, 7, 127, "ieee"), "float8e4m3fn": (4, 3, 7, "fn"),
+    "float8e4m3fnuz": (4, 3, 8, "fnuz"), "float8e5m2": (5, 2, 15, "ieee"),
+    "float8e5m2fnuz": (5, 2, 16, "fnuz"), "float4e2m1": (2, 1, 1, "finite"),
+}
+INT_FORMATS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}
+_FLOAT_BITS = "uint32_t b; __builtin_memcpy(&b, &x, 4);"
+
+
+def conversion_c(conv: E.Conversion, name: str, from_float: bool) -> str:
+    """The C definition of helper ``name`` doing ``conv``."""
+    storage = CTYPES[E.FORMATS[conv.fmt][0]]
+    if conv.fmt in INT_FORMATS:
+        bits, signed = INT_FORMATS[conv.fmt]
+        mask = (1 << bits) - 1
+        if conv.direction == "decode":  # the low bits, sign-extended for the signed ones
+            half = 1 << (bits - 1)
+            body = f"((int8_t)((c & {mask}u) ^ {half}u) - {half})" if signed else \
+                f"(uint8_t)(c & {mask}u)"
+            return (f"static inline {CTYPES[conv.dtype]} {name}({storage} c) "
+                    f"{{ return {body}; }}")
+        if from_float:
+            # ml_dtypes truncates to int32 first; C leaves NaN and values outside int32
+            # undefined where x86 gives INT32_MIN: its low bits (zero) are kept here
+            return (f"static inline {storage} {name}(double x) {{ int32_t v = "
+                    "(x > -2147483649.0 && x < 2147483648.0) ? (int32_t)x : INT32_MIN; "
+                    f"return ({storage})((uint32_t)v & {mask}u); }}")
+        # integers wrap: the low bits of the two's complement value
+        return f"static inline {storage} {name}(uint64_t x) {{ return ({storage})(x & {mask}u); }}"
+    if conv.fmt == "float8e8m0":
+        return _e8m0_c(conv, name)
+    e_bits, m_bits, bias, kind = FLOAT_FORMATS[conv.fmt]
+    sign = 1 << (e_bits + m_bits)
+    exp_ones = (1 << e_bits) - 1
+    if conv.direction == "decode":
+        return _float_decode_c(conv.fmt, name, storage, e_bits, m_bits, bias, kind)
+    nan = {"ieee": f"({exp_ones << m_bits | 1 << (m_bits - 1)}u | s << {e_bits + m_bits})",
+           "fn": f"({sign - 1}u | s << {e_bits + m_bits})", "fnuz": f"{sign}u",
+           # ml_dtypes gives a zero of the other sign (ONNX leaves it undefined)
+           "finite": f"((s ^ 1u) << {e_bits + m_bits})"}[kind]
+    max_mag = {"ieee": (exp_ones << m_bits) - 1, "fn": sign - 2, "fnuz": sign - 1,
+               "finite": sign - 1}[kind]
+    # bfloat16 overflows to Inf (saturate is for the float8 types), float4e2m1 has
+    # nothing else to give than its largest value
+    saturate = kind == "finite" or (conv.saturate and conv.fmt != "bfloat16")
+    if saturate:
+        overflow = f"({max_mag}u | s << {e_bits + m_bits})"
+    elif kind == "ieee":
+        overflow = f"({exp_ones << m_bits}u | s << {e_bits + m_bits})"
+    else:
+        overflow = nan
+    emin = 1 - bias
+    zero = "0u" if kind == "fnuz" else f"(s << {e_bits + m_bits})"
+    return "\n".join([
+        f"static inline {storage} {name}(float x) {{",
+        f"  {_FLOAT_BITS}",
+        "  uint32_t s = b >> 31, ef = (b >> 23) & 255u, sig = b & 0x7fffffu;",
+        f"  if (ef == 255u) return ({storage})(sig ? {nan} : {overflow});",
+        "  int e = ef ? (int)ef - 127 : -126;",
+        "  if (ef) sig |= 0x800000u;",
+        # the bits below the target's last mantissa bit (more below its normal range);
+        # from 25 on, |x| is at most half its smallest subnormal: zero
+        f"  int shift = {23 - m_bits} + (e < {emin} ? {emin} - e : 0);",
+        "  uint32_t mag = 0;",
+        "  if (shift < 25) {",
+        "    uint32_t kept = sig >> shift, rest = sig & ((1u << shift) - 1u), "
+        "half = 1u << (shift - 1);",
+        "    kept += rest > half || (rest == half && (kept & 1u));  /* to nearest even */",
+        # a carry out of the mantissa lands in the exponent field: still the right code
+        f"    mag = ((uint32_t)(e > {emin} ? e - {emin} : 0) << {m_bits}) + kept;",
+        "  }",
+        f"  if (mag > {max_mag}u) return ({storage}){overflow};",
+        f"  return ({storage})(mag ? (mag | s << {e_bits + m_bits}) : {zero});",
+        "}"])
+
+
+def _float_decode_c(fmt: str, name: str, storage: str, e_bits: int, m_bits: int, bias: int,
+                    kind: str) -> str:
+    if fmt == "bfloat16":  # the high half of a float32
+        return (f"static inline float {name}(uint16_t c) {{ uint32_t b = (uint32_t)c << 16; "
+                "float x; __builtin_memcpy(&x, &b, 4); return x; }")
+    exp_ones, man_ones = (1 << e_bits) - 1, (1 << m_bits) - 1
+    special = {"ieee": f"  if (e == {exp_ones}u) return m ? NAN : (s ? -INFINITY : INFINITY);",
+               "fn": f"  if (e == {exp_ones}u && m == {man_ones}u) return s ? -NAN : NAN;",
+               "fnuz": "  if (s && !e && !m) return NAN;", "finite": ""}[kind]
+    return "\n".join(line for line in [
+        f"static inline float {name}({storage} c) {{",
+        f"  uint32_t s = (c >> {e_bits + m_bits}) & 1u, e = (c >> {m_bits}) & {exp_ones}u, "
+        f"m = c & {man_ones}u;",
+        special,
+        "  float x;",
+        f"  if (!e) x = (float)m * 0x1p{1 - bias - m_bits}f;  /* subnormal */",
+        f"  else {{ uint32_t b = (e + {127 - bias}u) << 23 | m << {23 - m_bits}; "
+        "__builtin_memcpy(&x, &b, 4); }",
+        "  return s ? -x : x;",
+        "}"] if line)
+
+
+def _e8m0_c(conv: E.Conversion, name: str) -> str:
+    """float8e8m0 (a biased power of two, 255 = NaN) as onnx's reference converts: from
+    the float32 exponent, rounded by the float32 mantissa as ``round_mode`` says."""
+    if conv.direction == "decode":
+        return ("static inline float " + name + "(uint8_t c) { if (c == 255u) return NAN; "
+                "uint32_t b = c ? (uint32_t)c << 23 : 0x400000u; float x; "
+                "__builtin_memcpy(&x, &b, 4); return x; }")
+    up = {"up": "(b & 0x7fffffu) != 0",
+          # ONNX's rule: the guard bit, and any bit below it or a non-zero exponent
+          "nearest": "((b >> 22) & 1u) && ((b & 0x3fffffu) != 0 || e > 0)",
+          "down": "0"}[conv.round_mode]
+    keep = " && e != 254u" if conv.saturate else ""  # 254 + 1 would be NaN
+    return (f"static inline uint8_t {name}(float x) {{ {_FLOAT_BITS} "
+            "uint32_t e = (b >> 23) & 255u; if (e == 255u) return 255u; "
+            f"return (uint8_t)(e + (({up}){keep})); }}")

@@ -41,6 +41,71 @@ FUNCTIONS = {
 
 REDUCTIONS = ("+", "*", "max", "min")
 
+# Storage formats: element types polycomp stores but does not compute with (ONNX's
+# bfloat16, float8, float4 and 4/2-bit integers). An array of one holds its bit patterns
+# in the storage dtype, one element per unit, as ml_dtypes lays them out (a 4- or 2-bit
+# value in the low bits of a byte); expressions only convert to and from them, through
+# the Calls named by ``conversion`` (codegen/cexpr.py prints their C). Decoding is exact
+# into the decoded dtype: float32 holds every value of the float formats.
+# format -> (storage dtype, decoded dtype)
+FORMATS = {
+    "bfloat16": ("uint16", "float32"),
+    "float8e4m3fn": ("uint8", "float32"), "float8e4m3fnuz": ("uint8", "float32"),
+    "float8e5m2": ("uint8", "float32"), "float8e5m2fnuz": ("uint8", "float32"),
+    "float8e8m0": ("uint8", "float32"), "float4e2m1": ("uint8", "float32"),
+    "int4": ("uint8", "int8"), "uint4": ("uint8", "uint8"),
+    "int2": ("uint8", "int8"), "uint2": ("uint8", "uint8"),
+}
+ROUND_MODES = ("up", "down", "nearest")  # float8e8m0's rounding (ONNX Cast's round_mode)
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What a conversion Call does: decode a storage format (its bit patterns in
+    ``FORMATS[fmt][0]``) into ``FORMATS[fmt][1]``, or encode any numeric value into it.
+    ``saturate``: out-of-range values become the largest finite value rather than
+    Inf/NaN (the float8 formats only; float4e2m1 always saturates, bfloat16 never);
+    ``round_mode``: float8e8m0's rounding."""
+
+    direction: str  # "decode" | "encode"
+    fmt: str
+    saturate: bool = True
+    round_mode: str = "up"
+
+    @property
+    def func(self) -> str:
+        """The Call's function name, e.g. ``encode_float8e4m3fn_nosat``."""
+        name = f"{self.direction}_{self.fmt}"
+        if self.direction == "encode" and self.fmt == "float8e8m0":
+            name += f"_{self.round_mode}"
+        if self.direction == "encode" and not self.saturate:
+            name += "_nosat"
+        return name
+
+    @property
+    def dtype(self) -> str:
+        storage, decoded = FORMATS[self.fmt]
+        return decoded if self.direction == "decode" else storage
+
+
+def conversion(func: str) -> Conversion | None:
+    """The Conversion a Call's function name stands for, or None for other functions."""
+    direction, _, rest = func.partition("_")
+    if direction not in ("decode", "encode"):
+        return None
+    parts = rest.split("_")
+    fmt, flags = parts[0], parts[1:]
+    if fmt not in FORMATS:
+        return None
+    out = Conversion(direction, fmt, saturate="nosat" not in flags,
+                     round_mode=next((f for f in flags if f in ROUND_MODES), "up"))
+    return out if out.func == func else None
+
+
+def convert(node: Expr, conv: Conversion) -> Expr:
+    """``node`` decoded or encoded as ``conv`` says (a Call codegen prints)."""
+    return Call(conv.func, (node,), conv.dtype)
+
 
 def is_float(dtype: str) -> bool:
     return dtype.startswith("float")

@@ -50,9 +50,9 @@ pytestmark = pytest.mark.needs_cc
 
 # cases whose op types polycomp supports but which are not run, by name (a regular
 # expression matched with re.search) -> why. What polycomp does not compute with
-# (bfloat16, float8, int4, strings, sequences; training-mode Dropout and
-# BatchNormalization) it declines itself with an UnsupportedError, which is counted, by
-# reason, as declined; this table is for the rest.
+# (strings, sequences; arithmetic on bfloat16, float8 or int4 values, which it only
+# converts; training-mode Dropout and BatchNormalization) it declines itself with an
+# UnsupportedError, which is counted, by reason, as declined; this table is for the rest.
 EXCLUDED: dict[str, str] = {
     # onnx's reference maps align_corners coordinates with the fractional resized length
     # (4 x 0.6 = 2.4, so x = 3 / 1.4); onnxruntime and polycomp use the output length 2

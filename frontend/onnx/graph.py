@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from polycomp import expr as E
 from polycomp.errors import Location, UnsupportedError
 
 from .model import LoadedModel, ModelError, NeedsValueError, onnx
@@ -27,6 +28,15 @@ ELEM_DTYPES = {
     9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64",
 }
 DTYPE_ELEMS = {v: k for k, v in ELEM_DTYPES.items()}
+# TensorProto element types polycomp stores but does not compute with -> their storage
+# format (polycomp/expr.FORMATS): a value of one has the format's storage dtype (uint16,
+# uint8) and holds ml_dtypes' bit patterns; only the nodes in FORMAT_OPS (conversions)
+# and the host views read or write it (ops/__init__.check_formats)
+ELEM_FORMATS = {
+    16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2",
+    20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1", 24: "float8e8m0",
+    25: "uint2", 26: "int2",
+}
 
 # nodes never folded (their value differs per run) and nodes whose outputs are too big
 # to keep as constants: past this many elements a constant stays a node (e.g. Expand)
@@ -41,7 +51,36 @@ class Value:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    const: np.ndarray | None = None
+    const: np.ndarray | None = None  # in the storage dtype for a storage format
+    format: str | None = None  # a storage format (ELEM_FORMATS): dtype is its storage
+
+
+def storage_dtype(elem_type: int) -> str | None:
+    """The dtype a storage-format element type is held in (None for other types)."""
+    fmt = ELEM_FORMATS.get(elem_type)
+    return None if fmt is None else E.FORMATS[fmt][0]
+
+
+def to_storage(array: np.ndarray) -> np.ndarray:
+    """An ml_dtypes array (bfloat16, float8, int4, ...) as its bit patterns in the storage
+    dtype, without a copy; any other array as it is."""
+    elem = _elem_type(array.dtype)
+    dtype = storage_dtype(elem) if elem is not None else None
+    return array if dtype is None else array.view(dtype)
+
+
+def from_storage(array: np.ndarray, elem_type: int) -> np.ndarray:
+    """The storage dtype's bit patterns as the ml_dtypes array of ``elem_type``."""
+    if elem_type not in ELEM_FORMATS:
+        return array
+    return array.view(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _elem_type(dtype: np.dtype) -> int | None:
+    try:
+        return onnx.helper.np_dtype_to_tensor_dtype(dtype)
+    except Exception:  # a dtype ONNX has no element type for
+        return None
 
 
 @dataclass
@@ -103,12 +142,17 @@ def unique_node_names(model) -> list[str]:
 
 
 def dtype_of(elem_type: int, what: str, where: Location | None = None) -> str:
+    """The dtype of values of ``elem_type`` (a storage format's storage dtype)."""
+    if elem_type in ELEM_FORMATS:
+        return E.FORMATS[ELEM_FORMATS[elem_type]][0]
     if elem_type not in ELEM_DTYPES:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
             onnx.TensorProto.DataType.values() else str(elem_type)
         raise UnsupportedError(f"{what} has element type {name}, which polycomp does not "
                                "compute with", where,
-                               hint="supported: " + ", ".join(sorted(set(ELEM_DTYPES.values()))))
+                               hint="supported: " + ", ".join(sorted(set(ELEM_DTYPES.values())))
+                               + " (and, for conversions only, " + ", ".join(
+                                   ELEM_FORMATS.values()) + ")")
     return ELEM_DTYPES[elem_type]
 
 
@@ -192,8 +236,8 @@ def specialise(loaded: LoadedModel, shapes: dict[str, tuple[int, ...]],
 
 def check_values(model) -> None:
     """The graph's inputs and outputs are tensors of element types polycomp computes with
-    (a sequence, map or optional value, or a bfloat16/float8/string/complex tensor, is
-    refused by name)."""
+    or stores (a sequence, map or optional value, or a string/complex tensor, is refused
+    by name)."""
     for kind, infos in (("input", runtime_inputs(model)), ("output", model.graph.output)):
         for info in infos:
             where = Location(node=info.name)
@@ -517,11 +561,16 @@ def _values(model, nodes: list, consts: dict[str, np.ndarray], infos: dict,
             names: list[str]) -> dict[str, Value]:
     values: dict[str, Value] = {}
     for name, array in consts.items():
-        dtype = ELEM_DTYPES.get(onnx.helper.np_dtype_to_tensor_dtype(array.dtype))
-        if dtype is None:
+        elem = _elem_type(array.dtype)
+        dtype = ELEM_DTYPES.get(elem) if elem is not None else None
+        fmt = ELEM_FORMATS.get(elem) if elem is not None else None
+        if dtype is None and fmt is None:
             raise UnsupportedError(f"constant '{name}' has dtype {array.dtype}",
                                    Location(node=name))
-        values[name] = Value(name, dtype, tuple(int(s) for s in array.shape), array)
+        if fmt is not None:
+            array = to_storage(array)
+            dtype = str(array.dtype)
+        values[name] = Value(name, dtype, tuple(int(s) for s in array.shape), array, fmt)
     needed = [i.name for i in runtime_inputs(model)]
     for _, n in nodes:
         needed += [o for o in n.output if o]
@@ -547,6 +596,7 @@ def _values(model, nodes: list, consts: dict[str, np.ndarray], infos: dict,
         if any(d < 0 for d in shape) or np.prod(shape, dtype=np.float64) > MAX_ELEMENTS:
             raise ModelError(f"value '{name}' has shape {list(shape)}", where,
                              hint="every extent must be >= 0 and the tensor below 2^31 elements")
-        values[name] = Value(name, dtype_of(info.type.tensor_type.elem_type, f"value '{name}'",
-                                            where), shape)
+        elem = info.type.tensor_type.elem_type
+        values[name] = Value(name, dtype_of(elem, f"value '{name}'", where), shape,
+                             format=ELEM_FORMATS.get(elem))
     return values

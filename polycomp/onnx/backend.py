@@ -32,7 +32,9 @@ except ImportError:  # pragma: no cover - the onnx extra is missing
 
 
 class PolycompRep(BackendRep):  # type: ignore[misc,valid-type]
-    """A prepared model: positional inputs in the graph's input order."""
+    """A prepared model: positional inputs in the graph's input order. Values of the
+    element types polycomp only stores (bfloat16, float8, int4, ...) travel as ml_dtypes
+    arrays, as onnx's runner has them (the session converts them)."""
 
     def __init__(self, session: InferenceSession):
         self.session = session

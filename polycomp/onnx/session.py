@@ -19,8 +19,9 @@ import islpy as isl
 import numpy as np
 
 from polycomp.errors import ArgumentError, PolycompError, UnsupportedError
-from polycomp.frontend.onnx.graph import (ELEM_DTYPES, Graph, check_values, declared_shape,
-                                          runtime_inputs, specialise)
+from polycomp.frontend.onnx.graph import (ELEM_DTYPES, ELEM_FORMATS, Graph, check_values,
+                                          declared_shape, from_storage, runtime_inputs,
+                                          specialise, to_storage)
 from polycomp.frontend.onnx.memory import MemoryPlan, plan_memory
 from polycomp.frontend.onnx.model import LoadedModel, NeedsValueError, load_model, onnx
 from polycomp.frontend.onnx.ops.host import run_host
@@ -146,6 +147,11 @@ class InferenceSession:
         self._ranked = {i.name: i.type.tensor_type.HasField("shape")
                         for i in runtime_inputs(self._model.model)}
         self._outputs = [self._arg(o) for o in _typed_outputs(self._model.model)]
+        # inputs and outputs of a type polycomp only stores (graph.ELEM_FORMATS) -> it
+        self._formats = {i.name: i.type.tensor_type.elem_type for i in
+                         list(runtime_inputs(self._model.model))
+                         + _typed_outputs(self._model.model)
+                         if i.type.tensor_type.elem_type in ELEM_FORMATS}
         self._compiled: dict[tuple, CompiledModel] = {}
         self._lock = threading.Lock()
         self._value_inputs: set[str] = set()  # inputs compiled in by value (_compile)
@@ -165,6 +171,9 @@ class InferenceSession:
         if not info.type.tensor_type.elem_type:  # an output inference could not type
             return NodeArg(info.name, "tensor(undefined)", list(declared_shape(info)))
         elem = info.type.tensor_type.elem_type
+        if elem in ELEM_FORMATS:  # fed and returned as ml_dtypes arrays
+            return NodeArg(info.name, f"tensor({ELEM_FORMATS[elem]})",
+                           [None if d == -1 else d for d in declared_shape(info)])
         dtype = ELEM_DTYPES.get(elem)
         # exporters write -1 for a dynamic extent (PaddleOCR's classifier: [-1, 3, ?, ?]):
         # onnxruntime takes it as one, so does polycomp
@@ -197,7 +206,7 @@ class InferenceSession:
                                     hint="outputs: " + ", ".join(sorted(known)))
         compiled = self._compile({k: v.shape for k, v in feeds.items()}, feeds)
         env = execute(compiled, feeds)
-        return [env[name] for name in wanted]
+        return [from_storage(env[name], self._formats.get(name, 0)) for name in wanted]
 
     # ------------------------------------------------------------------ polycomp extras
     def compiled(self, shapes: Mapping[str, Sequence[int]] | None = None) -> CompiledModel:
@@ -251,6 +260,14 @@ class InferenceSession:
             except Exception as exc:  # ragged lists and objects numpy cannot convert
                 raise ArgumentError(f"input '{name}' is not an array: {exc}",
                                     hint="feed numpy arrays") from None
+            elem = self._formats.get(name, 0)
+            if elem:  # bfloat16, float8, int4, ...: the ml_dtypes array, kept as its bits
+                want = onnx.helper.tensor_dtype_to_np_dtype(elem)
+                if array.dtype != want:
+                    raise ArgumentError(f"input '{name}' has dtype {array.dtype}, the model "
+                                        f"declares {arg.type}",
+                                        hint=f"feed an array of ml_dtypes.{np.dtype(want).name}")
+                array = to_storage(array)
             want = next(k for k, v in ORT_TYPES.items() if v == arg.type) \
                 if arg.type in ORT_TYPES.values() else None
             if want is not None and array.dtype != np.dtype(want):

@@ -167,13 +167,35 @@ class NodeContext:
         return out
 
 
+# the ops that may read or write a value of a storage format (bfloat16, float8, int4, ...:
+# graph.ELEM_FORMATS): they convert it; every other op would compute with its bit
+# patterns. The host views (HOST_OPS) move such values too: they never look at elements.
+FORMAT_OPS = {"Cast", "CastLike"}
+
+
 def lower_node(ctx: NodeContext) -> None:
     """Check the node against its lowering's attributes, then lower it."""
     entry = LOWERINGS.get(ctx.node.op_type)
     if entry is None or ctx.node.domain not in ("", "ai.onnx"):
         raise unsupported_op(ctx.node)
     check_node(ctx.node, ctx)
+    check_formats(ctx.node, ctx.graph)
     entry.fn(ctx)
+
+
+def check_formats(node: Node, graph: Graph) -> None:
+    """A node outside FORMAT_OPS touching a storage-format value is refused by name."""
+    if node.op_type in FORMAT_OPS:
+        return
+    for kind, names in (("input", node.inputs), ("output", node.outputs)):
+        for name in names:
+            value = graph.values.get(name) if name else None
+            if value is not None and value.format is not None:
+                raise UnsupportedError(  # the format's name upper-cased is ONNX's
+                    f"node '{node.name}' ({node.op_type}): {kind} '{name}' has element type "
+                    f"{value.format.upper()}, which polycomp only converts", node.location,
+                    hint="polycomp stores " + value.format + " values and converts them "
+                         "(Cast, CastLike); cast to a type it computes with first")
 
 
 def check_node(node: Node, ctx: NodeContext | None = None) -> None:

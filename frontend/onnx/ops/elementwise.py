@@ -105,9 +105,18 @@ def _mean(ctx: NodeContext) -> None:
 @lowering("Pow")
 def _pow(ctx: NodeContext) -> None:
     dtype = ctx.out_dtype()
-    if not E.is_float(dtype):
-        raise ctx.unsupported(f"Pow of {dtype} values", hint="Pow is lowered for float types")
     exponent = ctx.input(1)
+    if not E.is_float(dtype):
+        if dtype == "bool":
+            raise ctx.unsupported("Pow of bool values")
+        if E.is_float(exponent.dtype):
+            # numpy (onnx's reference) computes it in double and truncates the result
+            ctx.map_elements(lambda a, b: E.Cast(call("pow", E.Cast(a, "float64"), E.Cast(
+                b, "float64") if b.dtype != "float64" else b), dtype), [ctx.input(0), exponent])
+            return
+        # an integer power: codegen's helper multiplies by squaring, wrapping like the type
+        ctx.map_elements(lambda a, b: call("pow", a, b, dtype=dtype), [ctx.input(0), exponent])
+        return
     if exponent.is_uniform_constant():
         value = float(exponent.value.reshape(-1)[0])  # type: ignore[union-attr]
         if value == 2.0:
@@ -315,12 +324,46 @@ def _where(ctx: NodeContext) -> None:
                      [ctx.input(0), ctx.input(1), ctx.input(2)])
 
 
-@lowering("Cast", attrs=("to", "saturate"))
+@lowering("Cast", attrs=("to", "saturate", "round_mode"))
 def _cast(ctx: NodeContext) -> None:
+    _convert(ctx)
+
+
+@lowering("CastLike", attrs=("saturate", "round_mode"))
+def _cast_like(ctx: NodeContext) -> None:
+    # the second input gives only the type, which inference has put on the output
+    _convert(ctx)
+
+
+def _convert(ctx: NodeContext) -> None:
+    """Input 0 as the output's type: a C conversion between dtypes polycomp computes
+    with; from a storage format (bfloat16, float8, int4, ...), its exact decoding first;
+    to one, an encoding of the value (rounding to nearest even, saturating or not as ONNX
+    says: polycomp/expr.Conversion)."""
+    graph = ctx.graph
+    src = graph.values[ctx.node.inputs[0]].format
+    dst = graph.values[ctx.node.outputs[0]].format
     dtype = ctx.out_dtype()
-    src = ctx.input(0).dtype
-    if dtype == "bool" and src != "bool":
-        zero = elem_const(0, src)
-        ctx.map_elements(lambda a: E.Binary("ne", a, zero, "bool"), [ctx.input(0)])
-        return
-    ctx.map_elements(lambda a: E.Cast(a, dtype), [ctx.input(0)])
+    saturate = bool(ctx.attr("saturate", 1))
+    round_mode = str(ctx.attr("round_mode", "up"))
+    if round_mode not in E.ROUND_MODES:
+        raise ctx.unsupported(f"round_mode={round_mode!r}",
+                              hint="Cast's round_mode is 'up', 'down' or 'nearest'")
+
+    def convert(a: E.Expr) -> E.Expr:
+        if src is not None:
+            a = E.convert(a, E.Conversion("decode", src))
+        if dst is not None:
+            return E.convert(a, E.Conversion(
+                "encode", dst, saturate=saturate if dst in SATURATING else True,
+                round_mode=round_mode if dst == "float8e8m0" else "up"))
+        if a.dtype == dtype:
+            return a
+        if dtype == "bool":
+            return E.Binary("ne", a, elem_const(0, a.dtype), "bool")
+        return E.Cast(a, dtype)
+    ctx.map_elements(convert, [ctx.input(0)])
+
+
+# the formats ONNX's saturate attribute applies to
+SATURATING = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0"}

@@ -557,10 +557,13 @@ def _depth_to_space(ctx: NodeContext) -> None:
     ctx.bind(0, _view(x, shape, fn))
 
 
-@lowering("SpaceToDepth", attrs=("blocksize",))
+@lowering("SpaceToDepth", attrs=("blocksize", "mode"))
 def _space_to_depth(ctx: NodeContext) -> None:
     x = ctx.input(0)
     b = _blocksize(ctx, x)
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise ctx.unsupported(f"mode '{mode}'", hint="SpaceToDepth modes are DCR and CRD")
     n, c, h, w = x.shape
     if h % b or w % b:
         raise _invalid(ctx, f"spatial extents {h}x{w} are not multiples of blocksize {b}")
@@ -569,8 +572,13 @@ def _space_to_depth(ctx: NodeContext) -> None:
 
     def fn(idx: Index) -> Index:
         i0, k, y, z = idx
-        row, col = _floordiv(k, c * b), _floormod(_floordiv(k, c), b)
-        return (i0, _floormod(k, c), _add(_mul(y, b), row), _add(_mul(z, b), col))
+        if mode == "DCR":  # k = (row * b + col) * c + channel
+            row, col = _floordiv(k, c * b), _floormod(_floordiv(k, c), b)
+            channel = _floormod(k, c)
+        else:  # CRD: k = (channel * b + row) * b + col
+            row, col = _floormod(_floordiv(k, b), b), _floormod(k, b)
+            channel = _floordiv(k, b * b)
+        return (i0, channel, _add(_mul(y, b), row), _add(_mul(z, b), col))
     ctx.bind(0, _view(x, shape, fn))
 
 
