@@ -46,6 +46,7 @@ class ModelRow:
     cold_s: float = math.nan
     warm_s: float = math.nan
     intermediate_bytes: int = 0
+    arena_bytes: int = 0  # the memory plan's peak (one arena for every intermediate)
     check: str = "-"
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -139,6 +140,7 @@ def run_model(name: str, build, threads: list[int], budget: float, min_rounds: i
     row.intermediate_bytes = sum(
         int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
         for n in graph.nodes for o in n.outputs if o and (v := graph.values[o]).const is None)
+    row.arena_bytes = compiled.memory.arena_bytes
     problems = [p for g, w in zip(gots, wants) if (p := close_enough(g, w))]
     row.check = "ok" if not problems else "WRONG: " + "; ".join(problems)
     if problems:
@@ -165,7 +167,7 @@ def markdown(rows: list[ModelRow], threads: list[int]) -> str:
              "(> 1: polycomp faster); cold compile: empty caches; warm: a new session, "
              "build cache full", ""]
     cols = ["model", "nodes", "groups", "kernels", "cold compile", "warm compile",
-            "intermediates"]
+            "intermediates", "arena"]
     for t in threads:
         cols += [f"ORT {t}t", f"polycomp {t}t", f"ratio {t}t"]
     cols.append("check")
@@ -174,19 +176,25 @@ def markdown(rows: list[ModelRow], threads: list[int]) -> str:
         cells = [r.name, str(r.nodes), str(r.groups), str(r.kernels),
                  "-" if math.isnan(r.cold_s) else f"{r.cold_s:.1f} s",
                  "-" if math.isnan(r.warm_s) else f"{r.warm_s:.2f} s",
-                 f"{r.intermediate_bytes / 2**20:.1f} MiB"]
+                 f"{r.intermediate_bytes / 2**20:.1f} MiB", f"{r.arena_bytes / 2**20:.1f} MiB"]
         for t in threads:
             ratio = r.ratio(t)
             cells += [fmt_ms(r.seconds.get(f"ort/{t}t")), fmt_ms(r.seconds.get(f"polycomp/{t}t")),
                       "-" if ratio is None else f"{ratio:.2f}x"]
         cells.append(r.check.replace("|", "/"))
         lines.append("| " + " | ".join(cells) + " |")
-    cells = ["**geomean**", "", "", "", "", "", ""]
-    for t in threads:
-        g = geomean([r.ratio(t) for r in rows])
-        cells += ["", "", "-" if g is None else f"**{g:.2f}x**"]
-    cells.append("")
-    lines.append("| " + " | ".join(cells) + " |")
+    from polycomp.onnx import zoo
+    light = set(zoo.light_model_paths())
+    for label, chosen in (("**geomean**", rows),
+                          ("**geomean, light models**", [r for r in rows if r.name in light])):
+        if not chosen or (chosen is not rows and len(chosen) == len(rows)):
+            continue
+        cells = [label, "", "", "", "", "", "", ""]
+        for t in threads:
+            g = geomean([r.ratio(t) for r in chosen])
+            cells += ["", "", "-" if g is None else f"**{g:.2f}x**"]
+        cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -194,11 +202,12 @@ def write_csv(rows: list[ModelRow], path: Path) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["model", "nodes", "groups", "kernels", "cold_s", "warm_s",
-                    "intermediate_bytes", "variant", "seconds", "check"])
+                    "intermediate_bytes", "arena_bytes", "variant", "seconds", "check"])
         for r in rows:
             for variant, s in (r.seconds.items() or [("", math.nan)]):
                 w.writerow([r.name, r.nodes, r.groups, r.kernels, f"{r.cold_s:.3g}",
-                            f"{r.warm_s:.3g}", r.intermediate_bytes, variant, f"{s:.6g}", r.check])
+                            f"{r.warm_s:.3g}", r.intermediate_bytes, r.arena_bytes, variant,
+                            f"{s:.6g}", r.check])
 
 
 def plot(rows: list[ModelRow], threads: list[int], path: Path) -> bool:
