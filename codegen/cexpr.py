@@ -86,6 +86,14 @@ HELPER_TEMPLATES = {
     "min": "static inline {t} polycomp_min_{d}({t} a, {t} b) {{ return b < a ? b : a; }}",
     "max": "static inline {t} polycomp_max_{d}({t} a, {t} b) {{ return b > a ? b : a; }}",
     "abs": "static inline {t} polycomp_abs_{d}({t} a) {{ return a < 0 ? -a : a; }}",
+    # <math.h>'s fmax and fmin as selects: gcc 12 calls fmaxf once per element (no vector
+    # form without -ffinite-math-only), which left every conv + ReLU epilogue scalar. Same
+    # results: a NaN operand gives the other one, and equal operands give the first (as
+    # glibc's and numpy's do for +0 and -0)
+    "fmax": "static inline {t} polycomp_fmax_{d}({t} a, {t} b) "
+            "{{ return a >= b || b != b ? a : b; }}",
+    "fmin": "static inline {t} polycomp_fmin_{d}({t} a, {t} b) "
+            "{{ return a <= b || b != b ? a : b; }}",
     "sigmoid": "static inline {t} polycomp_sigmoid_{d}({t} x) "
                "{{ return ({t})1 / (({t})1 + {exp}(-x)); }}",
     # integer / and % with a divisor known only at run time: C leaves d == 0 (and, signed,
@@ -145,7 +153,8 @@ class Helpers:
                 self.used[name] = HELPER_TEMPLATES[kind].format(t=CTYPES[dtype], d=dtype, bad=bad)
             else:
                 ctype = CTYPES[dtype]
-                exp = self.call("expf" if dtype in ("float16", "float32") else "exp")
+                exp = self.call("expf" if dtype in ("float16", "float32") else "exp") \
+                    if kind == "sigmoid" else ""
                 self.used[name] = HELPER_TEMPLATES[kind].format(t=ctype, d=dtype, exp=exp)
         return name
 
@@ -303,6 +312,9 @@ class ValuePrinter:
             return Text(f"{fn}({', '.join(a.code for a in args)})")
         if node.func in ("fmax", "fmin") and not E.is_float(dtype):
             fn = self.helpers.need(node.func[1:], dtype)
+            return Text(f"{fn}({', '.join(a.code for a in args)})")
+        if node.func in ("fmax", "fmin"):
+            fn = self.helpers.need(node.func, dtype)
             return Text(f"{fn}({', '.join(a.code for a in args)})")
         if node.func == "sigmoid":
             work = "float32" if dtype == "float16" else dtype

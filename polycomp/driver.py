@@ -25,6 +25,7 @@ from .scheduler.blocking import block_channels
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
 from .scheduler.inlining import inline_pointwise
+from .scheduler.stripmining import strip_mine_blocked
 from .scheduler.reductions import annotate_simd_reductions, relax_reductions
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
@@ -57,6 +58,7 @@ def compile_program(program: Program, options: Options) -> Compiled:
         program = block_channels(program)
     if options.scheduler not in ("none", "custom"):
         program = inline_pointwise(program)  # after blocking: its unpack is inlined too
+        program = strip_mine_blocked(program)
     if options.expand_scalars and options.scheduler != "none":
         program = expand_scalars(program)
     deps = relax_reductions(program, compute_dependences(program), options.exact_fp)

@@ -16,6 +16,7 @@ import islpy as isl  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 import polycomp.onnx as pco  # noqa: E402
+from polycomp import expr as E  # noqa: E402
 from polycomp.scheduler import cache_model as CM  # noqa: E402
 
 pytestmark = [pytest.mark.needs_cc,
@@ -85,5 +86,58 @@ def test_a_conv_epilogue_is_one_pass(residual):
     assert [s.target.array for s in readers] == outputs
     assert not [a for a in program.arrays if a.role == "temporary"
                 and a.name not in blocked and np.prod(a.extents({})) >= 32 * 12 * 12]
+    np.testing.assert_allclose(session.run(None, feed)[0], reference(model, feed)[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def _chain_model(seed=1):
+    """conv -> relu -> maxpool -> depthwise conv -> 1x1 convs -> concat -> conv: values
+    between groups that only convolutions, poolings and a channel concat read."""
+    rng = np.random.default_rng(seed)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.2, name)
+    inits = [weight("w0", 32, 3, 3, 3), weight("b0", 32), weight("wd", 32, 1, 3, 3),
+             weight("wa", 16, 32, 1, 1), weight("wb", 32, 32, 1, 1), weight("wc", 24, 48, 3, 3)]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1] * 4, name="c0"),
+             n("Relu", ["c0"], ["r0"], name="r0"),
+             n("MaxPool", ["r0"], ["p0"], kernel_shape=[2, 2], strides=[2, 2], name="p0"),
+             n("Conv", ["p0", "wd"], ["d0"], kernel_shape=[3, 3], pads=[1] * 4, group=32,
+               name="dw"),
+             n("Clip", ["d0", "lo", "hi"], ["d1"], name="relu6"),
+             n("Conv", ["d1", "wa"], ["a"], kernel_shape=[1, 1], name="ca"),
+             n("Conv", ["d1", "wb"], ["b"], kernel_shape=[1, 1], name="cb"),
+             n("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
+             n("Conv", ["cat", "wc"], ["y"], kernel_shape=[3, 3], pads=[1] * 4, name="last")]
+    inits += [numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 20, 18])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 24, 10, 9])], inits)
+    feed = {"x": rng.standard_normal((1, 3, 20, 18)).astype(np.float32)}
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feed
+
+
+def test_values_between_convolutions_stay_channel_blocked():
+    """A blocked conv's output, read only by other groups' convs, pools and a channel
+    concat, is stored (n, c / L, h, w, c % L): no group transposes it back and forth
+    (plan.py), and each group's statements that write such a value run their channels
+    in blocks with a unit-stride inner loop (scheduler/stripmining.py)."""
+    model, feed = _chain_model()
+    session = pco.InferenceSession(model)
+    compiled = session.compiled()
+    lanes = CM.simd_lanes(4)
+    assert {"r0", "p0", "d1", "cat"} <= set(compiled.plan.layouts), compiled.plan.layouts
+    assert all(block == lanes for block in compiled.plan.layouts.values())
+    # nothing leaves the model blocked: its output is plain
+    assert "y" not in compiled.plan.layouts
+    for step in compiled.plan.groups:
+        program = compiled.kernels[step.name].specialize({}, build=False).compiled.program
+        for s in program.statements:
+            shape = program.array(s.target.array).extents({})
+            if len(shape) == 5 and shape[-1] == lanes:  # a blocked array's writer:
+                # its lane index is a plain iterator, the innermost of its domain
+                last = s.target.indices[-1]
+                assert isinstance(last, E.Iter) and last.name == s.iterators[-1], s
     np.testing.assert_allclose(session.run(None, feed)[0], reference(model, feed)[0],
                                rtol=1e-4, atol=1e-4)

@@ -112,6 +112,13 @@ class Tensor:
         return flat.size > 0 and bool(np.all(flat == flat[0]))
 
 
+def blocked_shape(shape: Sequence[int], block: int) -> tuple[int, ...]:
+    """The stored shape of a (N, C, spatial...) value blocked by ``block`` channels: (N,
+    ceil(C / block), spatial..., block); the last block's extra lanes are never read."""
+    n, c, *rest = (int(s) for s in shape)
+    return (n, -(-c // block), *rest, block)
+
+
 def flat_index(indices: Sequence[E.Expr], shape: Sequence[int]) -> E.Expr:
     """The row-major offset of ``indices`` in ``shape`` (affine: constant strides)."""
     out: E.Expr = E.Const(0, E.INDEX_DTYPE)
@@ -214,6 +221,10 @@ class GroupBuilder:
         # tables a lowering computed at compile time (e.g. Resize's source indices): value
         # name -> data; the session feeds them like weights
         self.tables: dict[str, np.ndarray] = {}
+        # values stored channel-blocked (plan.py: a blocked conv's output that only
+        # other groups' nodes read): value name -> the block (vector width)
+        self.layouts: dict[str, int] = {}
+        self.blocked_views: dict[str, IndexFn] = {}  # array -> its layout view
 
     # ------------------------------------------------------------------ arrays
     def _new_name(self) -> str:
@@ -223,9 +234,11 @@ class GroupBuilder:
               value: np.ndarray | None = None) -> Tensor:
         """A value computed outside the group (or a constant weight): an input array."""
         name = self._new_name()
-        self.arrays[name] = _ArrayDecl(name, dtype, tuple(int(s) for s in shape), "input",
-                                       value_name)
-        return Tensor(value_name, dtype, tuple(int(s) for s in shape), name, None, value)
+        block = self.layouts.get(value_name) if value is None else None
+        stored = blocked_shape(shape, block) if block else tuple(int(s) for s in shape)
+        self.arrays[name] = _ArrayDecl(name, dtype, stored, "input", value_name)
+        tensor = Tensor(value_name, dtype, tuple(int(s) for s in shape), name, None, value)
+        return self._blocked_view(tensor, block) if block else tensor
 
     def table(self, data: np.ndarray, dtype: str, what: str) -> Tensor:
         """A constant a lowering computed (an index table, packed weights): an input array
@@ -235,17 +248,52 @@ class GroupBuilder:
         self.tables[value_name] = data
         return self.input(value_name, dtype, data.shape, data)
 
-    def new_array(self, value_name: str, dtype: str, shape: Sequence[int]) -> Tensor:
+    def new_array(self, value_name: str, dtype: str, shape: Sequence[int],
+                  block: int | None = None) -> Tensor:
         """A fresh array for a value the group computes (a temporary until
-        :meth:`export` makes it an output)."""
+        :meth:`export` makes it an output); channel-blocked by ``block`` (or as
+        ``layouts`` says for the value), seen through a view with the value's shape."""
         name = self._new_name()
-        self.arrays[name] = _ArrayDecl(name, dtype, tuple(int(s) for s in shape), "temporary",
-                                       value_name)
-        return Tensor(value_name, dtype, tuple(int(s) for s in shape), name)
+        block = block or self.layouts.get(value_name)
+        stored = blocked_shape(shape, block) if block else tuple(int(s) for s in shape)
+        self.arrays[name] = _ArrayDecl(name, dtype, stored, "temporary", value_name)
+        tensor = Tensor(value_name, dtype, tuple(int(s) for s in shape), name)
+        return self._blocked_view(tensor, block) if block else tensor
+
+    def _blocked_view(self, tensor: Tensor, block: int) -> Tensor:
+        """(n, c, h, w) -> (n, c / block, h, w, c % block): the channel-blocked layout
+        (NCHWc, as onnxruntime keeps activations between its convolutions)."""
+        b = E.Const(block, E.INDEX_DTYPE)
+
+        def fn(idx: tuple[E.Expr, ...]) -> tuple[E.Expr, ...]:
+            c, whole = idx[1], 0
+            # c + k*block (a Concat's second part): whole blocks further, same lane
+            if (isinstance(c, E.Binary) and c.op == "add" and isinstance(c.rhs, E.Const)
+                    and isinstance(c.rhs.value, int) and c.rhs.value % block == 0):
+                c, whole = c.lhs, c.rhs.value // block
+            q: E.Expr = E.Binary("floordiv", c, b, E.INDEX_DTYPE)
+            if whole:
+                q = E.Binary("add", q, E.Const(whole, E.INDEX_DTYPE), E.INDEX_DTYPE)
+            return (idx[0], q, *idx[2:], E.Binary("floormod", c, b, E.INDEX_DTYPE))
+        self.blocked_views[tensor.array] = fn  # type: ignore[index]
+        return replace(tensor, view=fn)
+
+    def is_stored_as(self, tensor: Tensor) -> bool:
+        """Whether ``tensor`` is its array as stored: no view, or its layout view."""
+        if tensor.array is None:
+            return False
+        return tensor.view is None or tensor.view is self.blocked_views.get(tensor.array)
+
+    def blocked(self, tensor: Tensor) -> int | None:
+        """The block of the layout ``tensor``'s array is stored in, if it is its view."""
+        if tensor.array is None or tensor.view is None or \
+                tensor.view is not self.blocked_views.get(tensor.array):
+            return None
+        return self.arrays[tensor.array].shape[-1]
 
     def export(self, tensor: Tensor) -> None:
         """The group's caller reads this array after the call."""
-        if tensor.array is None or tensor.view is not None:
+        if not self.is_stored_as(tensor):
             raise InternalError(f"onnx lowering: cannot export '{tensor.name}' (not an array)")
         decl = self.arrays[tensor.array]
         if decl.role == "temporary":

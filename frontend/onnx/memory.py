@@ -34,8 +34,8 @@ class MemoryPlan:
 
 
 def _nbytes(plan: ModelPlan, value: str) -> int:
-    v = plan.graph.values[value]
-    return int(np.prod(v.shape, dtype=np.int64)) * np.dtype(v.dtype).itemsize
+    v = plan.graph.values[value]  # as stored: a channel-blocked value has padded blocks
+    return int(np.prod(plan.stored_shape(value), dtype=np.int64)) * np.dtype(v.dtype).itemsize
 
 
 def plan_memory(plan: ModelPlan) -> MemoryPlan:

@@ -22,7 +22,10 @@ from polycomp import expr as E
 from polycomp.errors import Location, UnsupportedError
 from polycomp.ir import Program
 
-from .builder import GroupBuilder, Tensor
+from polycomp.scheduler import cache_model as CM
+from polycomp.scheduler.blocking import block_channels
+
+from .builder import GroupBuilder, Tensor, blocked_shape
 from .graph import Graph, Node
 from .ops import HOST_OPS, NodeContext, check_node, lower_node
 from .ops.host import HOST_ATTRS
@@ -58,10 +61,17 @@ class HostStep:
 class ModelPlan:
     graph: Graph
     steps: list[GroupStep | HostStep]
+    # values stored channel-blocked between groups -> the block (see build_plan)
+    layouts: dict[str, int] = field(default_factory=dict)
 
     @property
     def groups(self) -> list[GroupStep]:
         return [s for s in self.steps if isinstance(s, GroupStep)]
+
+    def stored_shape(self, value: str) -> tuple[int, ...]:
+        shape = self.graph.values[value].shape
+        block = self.layouts.get(value)
+        return blocked_shape(shape, block) if block else tuple(shape)
 
 
 def check_supported(graph: Graph) -> None:
@@ -180,6 +190,7 @@ def build_plan(graph: Graph) -> ModelPlan:
     consumers = graph.consumers()
     outputs = set(graph.outputs)
     steps: list[GroupStep | HostStep] = []
+    layouts: dict[str, int] = {}
     for k, part in enumerate(parts):
         if isinstance(part, Node):
             steps.append(HostStep(part))
@@ -187,12 +198,78 @@ def build_plan(graph: Graph) -> ModelPlan:
         inside = {n.name for n in part}
         exported = {o for n in part for o in n.outputs if o and (
             o in outputs or any(c.name not in inside for c in consumers.get(o, [])))}
-        steps.append(build_group(graph, part, exported, f"g{k}"))
-    return ModelPlan(graph, steps)
+        step = build_group(graph, part, exported, f"g{k}", layouts)
+        relaid = _blocked_outputs(graph, step, part, exported, consumers, outputs, layouts)
+        if relaid:
+            layouts.update(relaid)
+            step = build_group(graph, part, exported, f"g{k}", layouts)
+        steps.append(step)
+    return ModelPlan(graph, steps, layouts)
 
 
-def build_group(graph: Graph, nodes: Sequence[Node], exported: set[str], name: str) -> GroupStep:
+def _blocked_outputs(graph: Graph, step: GroupStep, nodes: Sequence[Node], exported: set[str],
+                     consumers: dict, outputs: set[str], layouts: dict[str, int]
+                     ) -> dict[str, int]:
+    """The values this group should hand on channel-blocked: when channel blocking
+    blocks its convolution (scheduler/blocking.py), its output comes out of the
+    reduction as (n, c / L, h, w, c % L); stored in that layout it is written in one
+    streaming pass, where the plain layout costs a transposition that took four times
+    as long as a 1x1 convolution of 24 channels itself (MobileNetV2's expansion at
+    56 x 56). Only float32 4-D values with at least L channels (padding at most a
+    third more), read by nodes of other groups only (no host view, no graph output:
+    those see the bytes as they are). A depthwise convolution of a blocked input keeps
+    the layout (it accumulates blocked: ops/nn.py)."""
+    if step.program is None:
+        return {}
+    lanes = CM.simd_lanes(4)
+    wanted = {}
+    for value in exported:
+        v = graph.values[value]
+        if value in outputs or v.dtype != "float32" or len(v.shape) != 4:
+            continue
+        channels = v.shape[1]
+        padded = -(-channels // lanes) * lanes
+        if channels < lanes or 3 * padded > 4 * channels:
+            continue
+        readers = consumers.get(value, [])
+        if not readers or any(c.op_type in HOST_OPS for c in readers):
+            continue
+        wanted[value] = lanes
+    if not wanted:
+        return {}
+    if _keeps_channel_blocks(graph, nodes[0], layouts, lanes):
+        return wanted
+    if any(n.op_type == "Conv" for n in nodes) and \
+            any("blocked" in n for n in block_channels(step.program).notes):
+        return wanted
+    return {}
+
+
+def _keeps_channel_blocks(graph: Graph, anchor: Node, layouts: dict[str, int],
+                          lanes: int) -> bool:
+    """Whether the group's first node works channel by channel on a blocked input, so
+    that its output is best stored blocked as well: a depthwise convolution or a pooling
+    (they accumulate in the input's layout, ops/nn.py), or a Concat along the channels
+    of blocked inputs whose channel counts are whole blocks (a copy of whole blocks)."""
+    first = anchor.inputs[0] if anchor.inputs else ""
+    if anchor.op_type in ("MaxPool", "AveragePool"):
+        return first in layouts and len(anchor.outputs) == 1
+    if anchor.op_type == "Conv":
+        channels = graph.values[first].shape[1] if first in graph.values else -1
+        return first in layouts and int(anchor.attrs.get("group", 1)) == channels \
+            == graph.values[anchor.outputs[0]].shape[1]
+    if anchor.op_type == "Concat":
+        rank = len(graph.values[anchor.outputs[0]].shape)
+        axis = int(anchor.attrs.get("axis", 0))
+        return (axis % rank == 1 if rank else False) and all(
+            i in layouts and graph.values[i].shape[1] % lanes == 0 for i in anchor.inputs)
+    return False
+
+
+def build_group(graph: Graph, nodes: Sequence[Node], exported: set[str], name: str,
+                layouts: dict[str, int] | None = None) -> GroupStep:
     b = GroupBuilder("onnx_group")  # one name: identical groups give identical Programs
+    b.layouts = dict(layouts or {})
     tensors: dict[str, Tensor] = {}
     inputs: list[tuple[str, str]] = []
     empty = [v for v in exported if 0 in graph.values[v].shape]
@@ -218,7 +295,7 @@ def build_group(graph: Graph, nodes: Sequence[Node], exported: set[str], name: s
         if value in empty:
             continue
         t = tensors[value]
-        if t.array is None or t.view is not None or b.arrays[t.array].role == "input":
+        if not b.is_stored_as(t) or b.arrays[t.array].role == "input":
             t = _materialise(b, graph, t, value)
             tensors[value] = t
         b.export(t)

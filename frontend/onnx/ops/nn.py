@@ -232,11 +232,13 @@ def _channels(group: int, out_per_group: int, in_per_group: int, iters: Sequence
             _linear([(g, in_per_group), (c, 1)]), c)
 
 
-def _accumulate(ctx: NodeContext, shape: Sequence[int], dtype: str, epilogue: bool) -> Tensor:
-    """The reduction's target: the output itself, or a temporary the epilogue reads."""
-    if not epilogue:
+def _accumulate(ctx: NodeContext, shape: Sequence[int], dtype: str, epilogue: bool,
+                block: int | None = None) -> Tensor:
+    """The reduction's target: the output itself, or a temporary the epilogue reads
+    (channel-blocked by ``block``)."""
+    if not epilogue and not block:
         return ctx.output(0)
-    return ctx.b.new_array(ctx.node.outputs[0] + "#acc", dtype, shape)
+    return ctx.b.new_array(ctx.node.outputs[0] + "#acc", dtype, shape, block=block)
 
 
 def _init(ctx: NodeContext, target: Tensor, value: E.Expr) -> None:
@@ -272,8 +274,10 @@ def _padded(ctx: NodeContext, x: Tensor, axes: list[Axis]) -> tuple[Tensor, list
     if not any(a.sticks_out for a in axes):
         return x, axes
     extents = [a.span_end for a in axes]
+    # a channel-blocked input gets a padded copy in its layout: a copy between layouts
+    # is a transposition, a copy within one streams
     padded = ctx.b.new_array(ctx.node.outputs[0] + "#padded", x.dtype,
-                             tuple(x.shape[:2]) + tuple(extents))
+                             tuple(x.shape[:2]) + tuple(extents), block=ctx.b.blocked(x))
     _init(ctx, padded, elem_const(0, x.dtype))
     i = _iters(x.rank)
     inner = [min(a.size, e - a.begin) for a, e in zip(axes, extents)]
@@ -335,7 +339,13 @@ def _conv(ctx: NodeContext) -> None:
     # causal_conv_with_state_silu_fp16 case)
     wide = "float32" if dtype == "float16" else dtype
     has_bias = bias is not None and _has_bias(bias)
-    acc = _accumulate(ctx, out_shape, wide, has_bias or wide != dtype)
+    # an output stored channel-blocked (plan.py) is written by an epilogue: the
+    # reduction's own target stays plain, which channel blocking needs
+    relaid = ctx.node.outputs[0] in ctx.b.layouts
+    # a depthwise convolution of a channel-blocked input accumulates blocked too: its
+    # channels are then the unit-stride loop of input, accumulator and output alike
+    block = ctx.b.blocked(x) if group == c_in and m_out == c_in else None
+    acc = _accumulate(ctx, out_shape, wide, has_bias or wide != dtype or relaid, block)
     _init(ctx, acc, elem_const(0, wide))
     xv, wv = x[x_index], w[(f, wc) + ks]
     if wide != dtype:
@@ -344,7 +354,7 @@ def _conv(ctx: NodeContext) -> None:
                  reduction="+", where=where, location=ctx.location)
     if has_bias:
         _add_bias(ctx, acc, bias)  # type: ignore[arg-type]
-    elif wide != dtype:
+    elif wide != dtype or relaid or block:
         out = ctx.output(0)
         i = _iters(out.rank)
         ctx.b.assign(out[i], acc[i], out.shape, location=ctx.location)  # rounded once
@@ -606,7 +616,7 @@ def _average_pool(ctx: NodeContext) -> None:
     dtype = ctx.out_dtype()
     _require_float(ctx, dtype)
     include_pad = bool(ctx.attr("count_include_pad", 0))
-    acc = _accumulate(ctx, ctx.out_shape(), dtype, True)
+    acc = _accumulate(ctx, ctx.out_shape(), dtype, True, ctx.b.blocked(x))  # x's layout
     _init(ctx, acc, elem_const(0, dtype))
     _pool_statement(ctx, acc, x, axes, "+")
     out = ctx.output(0)
