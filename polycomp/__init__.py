@@ -5,6 +5,8 @@ Public API:
     compile_loops(c_source, function=None, **options) -> Kernel         (affine C loop nests)
     compile_program(program, *, sizes=None, **options) -> Kernel        (a Program, e.g. from_isl)
     compile_onnx(model, **options) -> polycomp.onnx.InferenceSession   (an ONNX model)
+    tune(source_or_kernel, sizes=..., trials=64, executor=None, records=None) -> TuneResult
+                                 (search tile sizes per band; compile(..., **best_options))
     Program.from_isl(...)                                               (the research door)
     set_num_threads(n)                                                  (OpenMP threads)
     set_dynamic(flag)                        (fewer threads while other processes are busy)
@@ -38,7 +40,7 @@ def compile(source: str, entry: str | None = None, *, sizes: Mapping[str, int] |
     _check_api("compile", source, entry, "entry", file)
     opts = Options.create(**options)
     definition = parse(source, file=file).get(entry)
-    return _finish(Kernel(definition, opts), sizes)
+    return _finish(_kernel(definition, opts), sizes)
 
 
 def compile_loops(c_source: str, function: str | None = None, *,
@@ -64,7 +66,7 @@ def compile_loops(c_source: str, function: str | None = None, *,
     opts = Options.create(**options)
     definition = parse_c(c_source, file=file, include_dirs=tuple(include_dirs),
                          defines=tuple(defines)).get(function)
-    return _finish(Kernel(definition, opts), sizes)
+    return _finish(_kernel(definition, opts), sizes)
 
 
 def compile_program(program: Program, *, sizes: Mapping[str, int] | None = None,
@@ -74,7 +76,17 @@ def compile_program(program: Program, *, sizes: Mapping[str, int] | None = None,
     if not isinstance(program, Program):
         raise ArgumentError(f"compile_program takes a Program, not {type(program).__name__}",
                             hint="build one with Program.from_isl(...)")
-    return _finish(Kernel(ProgramDefinition(program), Options.create(**options)), sizes)
+    return _finish(_kernel(ProgramDefinition(program), Options.create(**options)), sizes)
+
+
+def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trials: int = 64,
+         executor: object = None, records: object = None, **kwargs: object):
+    """Search the tiling configuration of a kernel at ``sizes``: a TuneResult with
+    ``best_options`` (keywords for compile), ``best_time``, ``default_time``, ``curve``
+    (polycomp/tuning/api.py documents the other keywords)."""
+    from .tuning.api import tune as _tune
+
+    return _tune(source_or_kernel, sizes, trials, executor, records, **kwargs)
 
 
 def compile_onnx(model: object, **options: object):
@@ -115,6 +127,16 @@ def _check_api(function: str, source: object, entry: object, entry_word: str,
                             hint="file= only names the source in error messages")
 
 
+def _kernel(definition: object, options: Options) -> Kernel:
+    """A Kernel; one that applies the best tuning record of each size set when
+    ``tuning="records"`` and no band_config is given (polycomp/tuning/api.py)."""
+    if options.tuning == "records" and not options.band_config:
+        from .tuning.api import RecordsKernel
+
+        return RecordsKernel(definition, options)  # type: ignore[arg-type]
+    return Kernel(definition, options)  # type: ignore[arg-type]
+
+
 def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
     if sizes is not None or kernel.options.parametric:
         kernel.specialize(check_sizes(sizes if sizes is not None else {}))
@@ -122,4 +144,4 @@ def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
 
 
 __all__ = ["compile", "compile_loops", "compile_onnx", "compile_program", "Kernel", "Options", "PolycompError", "Program",
-           "set_dynamic", "set_num_threads"]
+           "set_dynamic", "set_num_threads", "tune"]

@@ -11,6 +11,8 @@ This module is also the one place where isl's global context options are set
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import islpy as isl
@@ -20,6 +22,10 @@ from .errors import OptionError
 TARGETS = ("openmp",)
 SCHEDULERS = ("none", "isl", "pluto", "custom")
 FUSIONS = ("smart", "max", "typed", "none")
+TUNINGS = ("records", "none")
+# a per-band knob: "<band id>/<knob>", the band id as polycomp.tuning.space.band_id writes
+# it (its statements, sorted and joined by '+', '@' its position on their path)
+BAND_KNOB = re.compile(r"(?P<band>[^/@]+@\d+)/(?P<knob>tile\d+|unroll|simd|l2)")
 # a tile size is a C constant in loop bounds and strides: keep products of a tile size and
 # a tile counter far from long overflow (no loop has 2**31 iterations in one tile anyway)
 MAX_TILE = 2**31 - 1
@@ -60,6 +66,15 @@ class Options:
     wavefront   skew tile loops into wavefronts when no outer tile loop is parallel.
     vectorize   order point loops for stride-1 innermost access and mark them simd.
     unroll      unroll-and-jam factor for an outer point loop (0 or 1: off).
+    band_config per-band settings that replace the analytical ones for the bands they
+                name (scheduler/tiling.py's ConfiguredPolicy): (knob, value) pairs, knob
+                "<band>/tile<m>" (tile size of member m), "<band>/unroll" (unroll-and-jam
+                factor), "<band>/simd" (the member made the vector loop, -1: the pass's
+                choice), "<band>/l2" (1: a second level of tiles); a dict is accepted.
+                What polycomp.tune finds; bands and members not named keep the model's.
+    tuning      "records": apply the best tuning record of this kernel at these sizes on
+                this machine, if there is one and ``band_config`` is empty (compile,
+                compile_loops, compile_program); "none": never.
     cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
     cache       reuse compiled libraries from the on-disk cache.
     """
@@ -82,6 +97,8 @@ class Options:
     wavefront: bool = True
     vectorize: bool = True
     unroll: int = 4
+    band_config: tuple[tuple[str, int], ...] = ()
+    tuning: str = "records"
     cc: str | None = None
     cflags: tuple[str, ...] | None = None
     cache: bool = True
@@ -90,6 +107,8 @@ class Options:
         _check_choice("target", self.target, TARGETS)
         _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("fusion", self.fusion, FUSIONS)
+        _check_choice("tuning", self.tuning, TUNINGS)
+        _check_band_config(self.band_config)
         for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
                      "vectorize", "expand_scalars", "block_channels", "exact_fp"):
             if not isinstance(getattr(self, name), bool):
@@ -144,6 +163,8 @@ class Options:
         for name in ("cflags", "tile_sizes"):
             if isinstance(kwargs.get(name), list):
                 kwargs[name] = tuple(kwargs[name])  # type: ignore[arg-type]
+        if "band_config" in kwargs:
+            kwargs["band_config"] = _normalise_band_config(kwargs["band_config"])
         if isinstance(kwargs.get("partition"), (list, tuple)):
             kwargs["partition"] = tuple(tuple(g) if isinstance(g, (list, tuple)) else g
                                         for g in kwargs["partition"])  # type: ignore[union-attr]
@@ -163,6 +184,48 @@ def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
         close = difflib.get_close_matches(str(value), choices, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"choose one of: {', '.join(choices)}"
         raise OptionError(f"option '{name}' cannot be {value!r}", hint=hint)
+
+
+def _normalise_band_config(value: object) -> object:
+    """A mapping or a list of pairs as sorted (knob, value) pairs (one order: the repr,
+    and with it the cache keys, is the same however the settings were given); anything
+    else is left for the check to refuse."""
+    if isinstance(value, Mapping):
+        value = list(value.items())
+    if isinstance(value, (list, tuple)) and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
+            for p in value):
+        # numpy integers (a record read back, a sampler's draw) count as integers
+        return tuple(sorted((k, int(v) if hasattr(v, "__index__") and not isinstance(v, bool)
+                             else v) for k, v in value))
+    return value
+
+
+_BAND_CONFIG_HINT = ('e.g. band_config={"S0+S1@0/tile0": 32, "S0+S1@0/unroll": 4}; '
+                     "polycomp.tuning.space_of(kernel) lists a kernel's knobs")
+
+
+def _check_band_config(config: object) -> None:
+    if not isinstance(config, tuple) or not all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in config):
+        raise OptionError(f"option 'band_config' must map knob names to integers, "
+                          f"not {config!r}", hint=_BAND_CONFIG_HINT)
+    names = [k for k, _ in config]
+    if len(set(names)) != len(names):
+        raise OptionError("option 'band_config' names a knob more than once",
+                          hint=_BAND_CONFIG_HINT)
+    for name, value in config:
+        match = BAND_KNOB.fullmatch(name)
+        if match is None:
+            raise OptionError(f"option 'band_config': '{name}' is no band knob",
+                              hint="a knob is '<band>/tile<m>', '<band>/unroll', "
+                                   "'<band>/simd' or '<band>/l2'; " + _BAND_CONFIG_HINT)
+        knob = match.group("knob")
+        low, high = ((1, MAX_TILE) if knob.startswith("tile") else (0, 64) if knob == "unroll"
+                     else (-1, 1023) if knob == "simd" else (0, 1))
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise OptionError(f"option 'band_config': '{name}' must be an integer from "
+                              f"{low} to {high}, not {value!r}", hint=_BAND_CONFIG_HINT)
 
 
 _CONFIGURED = False
@@ -187,4 +250,5 @@ def configure_isl() -> isl.Context:
     return ctx
 
 
-__all__ = ["Options", "configure_isl", "replace", "TARGETS", "SCHEDULERS", "FUSIONS"]
+__all__ = ["Options", "configure_isl", "replace", "TARGETS", "SCHEDULERS", "FUSIONS", "TUNINGS",
+           "BAND_KNOB"]

@@ -45,6 +45,10 @@ column (row sums: 0.36 ms against 21 ms at 1024², and gcc takes seconds on the 
 in registers, scored by the references invariant along the member but not along the
 innermost one (loaded inside the vector loop, shared by every copy), best first.
 
+Per band: a ``point_band`` mark whose user value is a tiling.PointSettings (a tiling
+policy's choice, e.g. Options.band_config) replaces Options.unroll for that tile, and
+its simd member, when legal, is ranked first.
+
 Bands that were not tiled (too small, or Options.tile off) are left as they are; gcc
 still vectorises what it can prove safe. The ``point_band`` marks are removed, whatever
 the options.
@@ -53,7 +57,7 @@ the options.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -65,7 +69,7 @@ from . import cache_model as CM
 from . import tree as T
 from .dependences import Dependences
 from .legality import carried_by_member, vector_reduction_ok, violated
-from .tiling import MARK_POINT_BAND, band_extents, replace_band
+from .tiling import MARK_POINT_BAND, PointSettings, band_extents, replace_band
 
 # at most this many statement copies in one unrolled register tile (Options.unroll is
 # clamped to it: the C text and gcc's time grow with the copies)
@@ -103,12 +107,21 @@ def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
     # reduction nor a call to expf there by itself. C loop nests have no such
     # reductions, and their untiled loops stay as gcc would take them.
     leaves = enabled and deps.reduction is not None
+    guards = enabled
 
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        nonlocal guards
         if T.is_mark(node, MARK_POINT_BAND):
+            settings = point_settings(node)
             node = node.delete()  # now the point band, or a parallel mark above it
-            return _optimize_points(node, program, relation, options,
-                                    validity, vector) if enabled else node
+            local = options
+            if settings is not None and settings.unroll is not None:
+                local = replace(options, unroll=settings.unroll)
+            if not (local.vectorize or local.unroll >= 2):
+                return node
+            guards = True
+            return _optimize_points(node, program, relation, local, validity, vector,
+                                    settings)
         if leaves and T.is_band(node) and not _has_band_below(node) and not any(
                 T.is_mark(n, T.MARK_SIMD) for n in T.subtree(node)):
             return optimize_band(node, program, relation, options, validity, vector)
@@ -117,25 +130,40 @@ def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
         return node
 
     schedule = go(schedule.get_root()).get_schedule()
-    return separate_guards(schedule) if enabled else schedule
+    return separate_guards(schedule) if guards else schedule
+
+
+def point_settings(mark: isl.ScheduleNode) -> PointSettings | None:
+    """The tiling policy's settings on a ``point_band`` mark (None: Options' own)."""
+    try:
+        user = mark.mark_get_id().get_user()
+    except TypeError:  # ids read from text carry no user value
+        return None
+    return user if isinstance(user, PointSettings) else None
 
 
 def _optimize_points(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
                      options: Options, validity: isl.UnionMap | None = None,
-                     vector: VectorTest | None = None) -> isl.ScheduleNode:
+                     vector: VectorTest | None = None,
+                     settings: PointSettings | None = None) -> isl.ScheduleNode:
     """The innermost band of the chain of bands and parallel marks at ``node``."""
     if T.is_mark(node, T.MARK_PARALLEL):
         return _optimize_points(node.child(0), program, deps, options, validity,
-                                vector).parent()
+                                vector, settings).parent()
     if not T.is_band(node):
         return node
     if node.n_children() == 1 and (T.is_band(node.child(0))
                                    or T.is_mark(node.child(0), T.MARK_PARALLEL)):
         return _optimize_points(node.child(0), program, deps, options, validity,
-                                vector).parent()
+                                vector, settings).parent()
     if _has_band_below(node):
         return node
-    return optimize_band(node, program, deps, options, validity, vector)
+    prefer = None
+    if settings is not None and settings.simd is not None:
+        # the parallel pass may have split members off the top of the point band
+        prefer = settings.simd - (settings.members - node.band_n_member())
+        prefer = prefer if 0 <= prefer < node.band_n_member() else None
+    return optimize_band(node, program, deps, options, validity, vector, prefer)
 
 
 def separate_guards(schedule: isl.Schedule) -> isl.Schedule:
@@ -192,13 +220,15 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
 
 def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
                   options: Options, validity: isl.UnionMap | None = None,
-                  vector: VectorTest | None = None) -> isl.ScheduleNode:
+                  vector: VectorTest | None = None,
+                  prefer: int | None = None) -> isl.ScheduleNode:
     """One innermost band rewritten; returns the node at the same position. ``deps``:
     what a loop must not carry to be reordered or unrolled; ``validity``: what the
     order must keep (default ``deps``); ``vector(band, k)``: may member k be the simd
-    loop (default: it carries nothing in ``deps``)."""
+    loop (default: it carries nothing in ``deps``); ``prefer``: a member tried first
+    as the simd loop (a tiling policy's choice)."""
     depth = node.get_tree_depth()
-    plan = plan_band(node, program, deps, options, vector)
+    plan = plan_band(node, program, deps, options, vector, prefer)
     if (plan is None or not plan.simd) and options.vectorize:
         distributed = distribute_innermost(node, program, deps, validity)
         if distributed is not None:
@@ -271,7 +301,8 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program, deps: isl.Uni
 
 
 def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
-              options: Options, vector: VectorTest | None = None) -> Plan | None:
+              options: Options, vector: VectorTest | None = None,
+              prefer: int | None = None) -> Plan | None:
     n = node.band_n_member()
     pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
     extents = band_extents(node)
@@ -282,6 +313,9 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     refs = CM.band_references(node, program)
     if permutable:
         ranked = sorted(loops, key=lambda m: _vector_rank(refs, m))
+        if prefer in ranked:  # the policy's member first; the legality test still decides
+            ranked.remove(prefer)
+            ranked.insert(0, prefer)
     else:
         ranked = [n - 1] if n - 1 in loops else []  # the order is fixed: only the last
     if not ranked:

@@ -27,6 +27,15 @@ Sizes: ``Options.tile_sizes`` (outermost first; a shorter list repeats its last 
 the cache model (scheduler/cache_model.py). ``Options.l2_tile`` adds a level: tiles of
 tiles sized for L2, holding tiles sized for L1.
 
+The seam (issue 13): a ``TilePolicy`` decides, per band, from a ``BandView`` (the band's
+stable id ``<statements>@<position>``, its member extents and the cache model's features),
+a ``BandTiling``: sizes per level, and optionally the band's unroll-and-jam factor and
+simd member, which travel to the intra-tile pass on the ``point_band`` mark. It is the
+one place a configuration enters: the default ``TilePolicy`` is the analytical choice
+above; ``ConfiguredPolicy`` takes ``Options.band_config`` (what polycomp.tune found) for
+the bands it names and the default for the others. ``observe_bands`` collects every band
+a policy decides inside it, with its features (polycomp.tuning.space_of builds the space from it).
+
 Wavefront (``Options.wavefront``): when no member of the tile band is parallel (seidel,
 time-tiled stencils) the tile loops are skewed, ``(T0, T1, ...) -> (T0 + T1, T1, ...)``.
 Tile-level distances are componentwise non-negative (the band is permutable), so two tiles
@@ -41,7 +50,11 @@ distance 0 on it). A ``point_band`` mark above each point band tells the intra-t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -68,16 +81,18 @@ MARK_POINT_BAND = "point_band"
 
 
 def tile_bands(schedule: isl.Schedule, program: Program, deps: Dependences,
-               options: Options) -> isl.Schedule:
-    """Tile every outermost permutable band of two or more loops (see the module doc)."""
+               options: Options, policy: TilePolicy | None = None) -> isl.Schedule:
+    """Tile every outermost permutable band of two or more loops (see the module doc),
+    with the sizes ``policy`` gives (default: ``policy_for(options)``)."""
     configure_isl()
+    policy = policy if policy is not None else policy_for(options)
     # permutability is about order (validity); coincidence and parallel members must
     # also respect the reductions' chains (carried)
     validity, relation = deps.all(), deps.carried()
 
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if T.is_band(node) and _tileable(node, validity):
-            tiled = _tile(node, program, relation, options)
+            tiled = _tile(node, program, relation, options, policy)
             if tiled is not None:
                 return tiled
         for k in range(node.n_children()):
@@ -120,19 +135,32 @@ def _live(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.UnionMap:
 
 
 def _tile(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
-          options: Options) -> isl.ScheduleNode | None:
+          options: Options, policy: TilePolicy | None = None) -> isl.ScheduleNode | None:
     """The tiled band (the node at the same position), or None when tiling gains nothing."""
     extents = band_extents(node)
     if not options.tile_sizes:
         loops = [m for m, e in enumerate(extents) if e is None or e > 1]
         if not CM.has_reuse(CM.band_references(node, program), loops):
             return None
-    levels = tile_sizes(node, program, options, deps)
+    view = BandView(node, program, options, deps, extents)
+    tiling = (policy if policy is not None else policy_for(options)).tiling(view)
+    levels = tiling.levels
     inner = levels[-1]
-    if all(e is not None and e <= s for e, s in zip(extents, inner)):
+    tiled = not all(e is not None and e <= s for e, s in zip(extents, inner))
+    observed = _OBSERVED.get()
+    if observed is not None:
+        # a band the policy leaves whole (one tile holds it) is reported too: another
+        # policy may tile it
+        observed.append(view.summary(tiling, tiled))
+    if not tiled:
         return None
     node = tile_band(node, inner, deps)
-    node = node.child(0).insert_mark(isl.Id(MARK_POINT_BAND)).parent()
+    settings = (PointSettings(tiling.unroll, tiling.simd, len(inner))
+                if tiling.unroll is not None or tiling.simd is not None else None)
+    # the band's own intra-tile settings ride on the mark (no user value: Options')
+    mark = (isl.Id(MARK_POINT_BAND) if settings is None
+            else isl.Id(MARK_POINT_BAND, user=settings))
+    node = node.child(0).insert_mark(mark).parent()
     if len(levels) > 1:
         ratio = [max(1, outer // size) for outer, size in zip(levels[0], inner)]
         if any(r > 1 for r in ratio):
@@ -144,19 +172,191 @@ def _tile(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
 
 def tile_sizes(node: isl.ScheduleNode, program: Program, options: Options,
                deps: isl.UnionMap | None = None) -> list[tuple[int, ...]]:
-    """Sizes per level, outermost level first, one size per band member."""
-    n = node.band_n_member()
+    """Sizes per level, outermost level first, one size per band member (the default
+    policy's choice)."""
+    return list(analytical_levels(BandView(node, program, options, deps), options))
+
+
+def analytical_levels(band: BandView, options: Options) -> tuple[tuple[int, ...], ...]:
+    """``Options.tile_sizes`` or the cache model, per level (the module doc)."""
+    n = len(band.extents)
     if options.tile_sizes:
         given = list(options.tile_sizes)
-        fixed = [e == 1 for e in band_extents(node)]  # no loop: tiling it gains nothing
+        fixed = [e == 1 for e in band.extents]  # no loop: tiling it gains nothing
         inner = tuple(1 if fixed[k] else given[min(k, len(given) - 1)] for k in range(n))
         if not options.l2_tile:
-            return [inner]
-        outer = model_sizes(node, program, options, TWO_LEVELS[0], deps)
-        return [tuple(max(o, s) for o, s in zip(outer, inner)), inner]
+            return (inner,)
+        outer = band.model(TWO_LEVELS[0])
+        return (tuple(max(o, s) for o, s in zip(outer, inner)), inner)
     if not options.l2_tile:
-        return [model_sizes(node, program, options, SINGLE_LEVEL, deps)]
-    return [model_sizes(node, program, options, level, deps) for level in TWO_LEVELS]
+        return (band.model(SINGLE_LEVEL),)
+    return tuple(band.model(level) for level in TWO_LEVELS)
+
+
+# ----------------------------------------------------------------------------- the seam
+
+@dataclass(frozen=True)
+class BandTiling:
+    """A policy's decision for one band: tile sizes per level (outermost level first, one
+    size per member), and the band's unroll-and-jam factor and simd member (the member's
+    index in the band; None: the intra-tile pass decides from Options as usual)."""
+
+    levels: tuple[tuple[int, ...], ...]
+    unroll: int | None = None
+    simd: int | None = None
+
+
+@dataclass(frozen=True)
+class PointSettings:
+    """The user value of a ``point_band`` mark (read by scheduler/intratile.py):
+    ``members`` is how many members the point band had when tiled, so that the simd
+    member can be found in the part the parallel pass may have split off."""
+
+    unroll: int | None
+    simd: int | None
+    members: int
+
+
+@dataclass(frozen=True)
+class TiledBand:
+    """Plain data about one band as it was tiled (what ``observe_bands`` collects)."""
+
+    id: str
+    extents: tuple[int | None, ...]
+    tiling: BandTiling
+    lanes: int
+    vector_members: tuple[int, ...]  # members along which some reference has stride 1
+    parallel: tuple[int, ...]  # the member the parallel tile loop comes from (if any)
+    references: tuple[CM.Reference, ...]
+    tiled: bool = True  # False: the sizes held the whole band, which stayed as it was
+
+    def footprint(self, sizes: Sequence[float]) -> float:
+        """Bytes one tile of ``sizes`` touches (cache_model.footprint)."""
+        return CM.footprint(self.references, sizes)
+
+
+class BandView:
+    """What a TilePolicy sees of a band about to be tiled: its stable ``id`` (the
+    statements under it and its position among the bands above them, as
+    polycomp.tuning.space.band_id writes it), the ``extents`` of its members, and the
+    cache model's features, each computed when first asked for."""
+
+    def __init__(self, node: isl.ScheduleNode, program: Program, options: Options,
+                 deps: isl.UnionMap | None, extents: Sequence[int | None] | None = None):
+        self.node, self.program, self.options, self.deps = node, program, options, deps
+        self.extents = tuple(band_extents(node) if extents is None else extents)
+        self._model: dict[int, tuple[int, ...]] = {}
+
+    @functools.cached_property
+    def id(self) -> str:
+        from polycomp.tuning.space import band_id  # plain text helpers: no cycle
+        statements = [s.get_tuple_name() for s in U.sets_of(self.node.get_domain())]
+        return band_id(statements, band_position(self.node))
+
+    def model(self, level: int) -> tuple[int, ...]:
+        """The cache model's sizes for one cache level."""
+        if level not in self._model:
+            self._model[level] = model_sizes(self.node, self.program, self.options, level,
+                                             self.deps)
+        return self._model[level]
+
+    @functools.cached_property
+    def references(self) -> tuple[CM.Reference, ...]:
+        return tuple(CM.band_references(self.node, self.program))
+
+    @functools.cached_property
+    def loops(self) -> tuple[int, ...]:
+        return tuple(m for m, e in enumerate(self.extents) if e is None or e > 1)
+
+    @functools.cached_property
+    def lanes(self) -> int:
+        return CM.simd_lanes(min((r.itemsize for r in self.references), default=4))
+
+    @functools.cached_property
+    def vector_members(self) -> tuple[int, ...]:
+        return tuple(m for m in self.loops if any(
+            r.unit_stride(m) and not r.invariant(m) for r in self.references))
+
+    @functools.cached_property
+    def parallel(self) -> tuple[int, ...]:
+        if self.deps is None:
+            return ()
+        first = next((m for m in self.loops if is_parallel_member(self.node, m, self.deps)),
+                     None)
+        return () if first is None else (first,)
+
+    def summary(self, tiling: BandTiling, tiled: bool = True) -> TiledBand:
+        return TiledBand(self.id, self.extents, tiling, self.lanes, self.vector_members,
+                         self.parallel, self.references, tiled)
+
+
+def band_position(node: isl.ScheduleNode) -> int:
+    """How many bands are above ``node`` (its position among the bands on its path)."""
+    n = 0
+    while node.has_parent():
+        node = node.parent()
+        n += T.is_band(node)
+    return n
+
+
+class TilePolicy:
+    """The default policy: the analytical choice (``Options.tile_sizes`` or the cache
+    model; intra-tile settings from Options)."""
+
+    def __init__(self, options: Options):
+        self.options = options
+
+    def tiling(self, band: BandView) -> BandTiling:
+        return BandTiling(analytical_levels(band, self.options))
+
+
+class ConfiguredPolicy(TilePolicy):
+    """Per-band settings (``Options.band_config``, or ``config``: knob -> value) for the
+    bands they name; the default policy for the others, and for the members and knobs a
+    band's settings leave out (a tile size: the model's for the levels asked for)."""
+
+    def __init__(self, options: Options, config: Mapping[str, int] | None = None):
+        super().__init__(options)
+        pairs = dict(options.band_config) if config is None else dict(config)
+        self.bands: dict[str, dict[str, int]] = {}
+        for name, value in pairs.items():
+            band, knob = name.rsplit("/", 1)
+            self.bands.setdefault(band, {})[knob] = int(value)
+
+    def tiling(self, band: BandView) -> BandTiling:
+        knobs = self.bands.get(band.id)
+        if not knobs:
+            return super().tiling(band)
+        l2 = bool(knobs.get("l2", int(self.options.l2_tile)))
+        base = analytical_levels(band, replace(self.options, l2_tile=l2))
+        inner = tuple(1 if e == 1 else int(knobs.get(f"tile{m}", base[-1][m]))
+                      for m, e in enumerate(band.extents))
+        levels: tuple[tuple[int, ...], ...] = (inner,)
+        if l2:
+            # the outer level stays the model's L2 choice, never smaller than the inner
+            levels = (tuple(max(o, s) for o, s in zip(base[0], inner)), inner)
+        simd = knobs.get("simd", -1)
+        return BandTiling(levels, knobs.get("unroll"), simd if simd >= 0 else None)
+
+
+def policy_for(options: Options) -> TilePolicy:
+    return ConfiguredPolicy(options) if options.band_config else TilePolicy(options)
+
+
+_OBSERVED: ContextVar[list[TiledBand] | None] = ContextVar("polycomp_tiled_bands",
+                                                           default=None)
+
+
+@contextmanager
+def observe_bands() -> Iterator[list[TiledBand]]:
+    """Collect a TiledBand for every band a policy decides inside the block (whether it
+    was tiled or not; this thread only)."""
+    seen: list[TiledBand] = []
+    token = _OBSERVED.set(seen)
+    try:
+        yield seen
+    finally:
+        _OBSERVED.reset(token)
 
 
 def model_sizes(node: isl.ScheduleNode, program: Program, options: Options,

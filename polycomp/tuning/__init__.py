@@ -9,6 +9,11 @@ The core, independent of the scheduler's internals:
     sampler.py     Sampler (model-guided evolution) and RandomSearch -> TuneResult
     records.py     sqlite records keyed by (signature, sizes, machine, compiler); JSON lines
 
+Wired to the compiler (api.py): ``space_of(kernel)`` lists a kernel's space from the
+bands the tiling pass tiles, ``tune`` (also ``polycomp.tune``) runs the search with
+every trial compiled in a child, and ``RecordsKernel`` applies the best record at
+compile time (``Options.tuning="records"``).
+
 A tuning run: build a TuningSpace from the bands (default: the analytical model's
 choice), look up ``Records.best`` / ``Records.nearest`` for seeds, run
 ``Sampler(space, featurize, Measurer(fn, ...), budget=...)``, store the result with
@@ -25,7 +30,9 @@ from .signature import kernel_signature, kernel_sizes, machine_identity
 from .space import (BandInfo, Featurizer, Knob, TuningSpace, all_of, band_id,
                     min_parallel_tiles, tile_candidates)
 
-__all__ = ["BandInfo", "BoostedTrees", "CostModel", "Ensemble", "Featurizer", "Knob",
+from .api import RecordsKernel, best_record, measure_trial, space_of, tune  # noqa: E402
+
+__all__ = ["BandInfo", "RecordsKernel", "best_record", "measure_trial", "space_of", "tune", "BoostedTrees", "CostModel", "Ensemble", "Featurizer", "Knob",
            "Measurer", "Outcome", "RandomSearch", "Record", "Records", "RidgeModel", "Sampler",
            "Trial", "TuneResult", "TuningSpace", "all_of", "band_id", "kernel_signature",
            "kernel_sizes", "machine_identity", "min_parallel_tiles", "spearman",

@@ -16,7 +16,9 @@ safe, else a fresh interpreter), so a segfaulting kernel or an endless loop take
 its child down. The children run inside the executor's workers: a local
 ``ProcessPoolExecutor`` by default, or any ``concurrent.futures.Executor`` (dask's
 ``Client.get_executor()`` plugs in unchanged); the workers only forward. The default
-pool has one worker: two timings on one machine at once disturb each other.
+pool has one worker: two timings on one machine at once disturb each other. A worker with an OpenMP runtime loaded (a
+polycomp kernel ran in it, or in the process it was forked from) starts its children
+as fresh interpreters, never as forks (see _fork_is_safe).
 
 ``time_callable`` is the timing rule for a noisy machine (as benchmarks/operators does
 it): an untimed warm-up call, then calls until a time budget is spent (at least a few),
@@ -155,8 +157,24 @@ def run_isolated(task: Task) -> Outcome:
 def _fork_is_safe() -> bool:
     # fork copies one thread: with others running (dask's worker threads, a thread pool)
     # the child may inherit a held lock. Daemonic processes may not start children.
+    # A process with an OpenMP runtime loaded may hold (or have inherited from the
+    # process it was forked from) a thread pool whose threads a fork does not copy: a
+    # child's next parallel region then waits for them forever (a polycomp kernel called
+    # in a forked child after one ran in the parent hung 2 times in 10).
     return (hasattr(os, "fork") and threading.active_count() == 1
-            and not multiprocessing.current_process().daemon)
+            and not multiprocessing.current_process().daemon and not _openmp_loaded())
+
+
+OPENMP_RUNTIMES = ("libgomp", "libomp", "libiomp")
+
+
+def _openmp_loaded() -> bool:
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            return any(name in line for line in f for name in OPENMP_RUNTIMES)
+    except OSError:
+        return False  # no procfs: nothing to tell by
+
 
 
 def _run_forked(task: Task) -> Outcome:
@@ -190,7 +208,9 @@ def _run_subprocess(task: Task) -> Outcome:
                 "import sys; from polycomp.tuning.measure import _subprocess_main; "
                 "_subprocess_main(sys.argv[1], sys.argv[2])", task_path, result_path]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([*task.sys_path, env.get("PYTHONPATH", "")])
+        # the task's path, else this process's: the function must import there as here
+        paths = task.sys_path or tuple(p for p in sys.path if p)
+        env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
         try:
             done = subprocess.run(argv, capture_output=True, timeout=task.timeout, env=env,
                                   check=False)

@@ -71,6 +71,9 @@ class TuneResult:
     curve: list[float] = field(default_factory=list)  # best time after each measurement
     trials: list[Trial] = field(default_factory=list)
     stopped: str = ""  # why the search ended: budget, patience, exhausted
+    # polycomp.tune: the compile keywords of the best configuration (the options tuned
+    # with, and band_config when some trial was valid)
+    best_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
