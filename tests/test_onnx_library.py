@@ -143,3 +143,23 @@ def test_a_group_status_names_the_group():
         sess.run(None, {"x": x, "i": np.array([0, 9], np.int64)})
     np.testing.assert_array_equal(sess.run(None, {"x": x, "i": np.array([3, 1], np.int64)})[0],
                                   x[[3, 1]])
+
+
+def test_a_known_model_skips_the_checker_and_a_changed_one_does_not(monkeypatch):
+    """onnx's checker takes seconds on a large model: the model cache remembers the
+    digests that passed it. Other bytes are checked as ever."""
+    model = _conv_model(seed=6)
+    x = np.random.default_rng(7).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    want = pco.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    S._KERNELS.clear()
+
+    def checker_ran(*args, **kwargs):
+        raise AssertionError("the checker ran again")
+    monkeypatch.setattr(onnx.checker, "check_model", checker_ran)
+    np.testing.assert_array_equal(
+        pco.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0], want)
+    with pytest.raises(PolycompError, match="checker ran again"):
+        pco.InferenceSession(_conv_model(seed=8).SerializeToString())
+    # without the cache nothing is remembered
+    with pytest.raises(PolycompError, match="checker ran again"):
+        pco.InferenceSession(model.SerializeToString(), cache=False)

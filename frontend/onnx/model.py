@@ -8,7 +8,9 @@ data must lie inside the model's folder (a hostile model must not make polycomp 
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from polycomp.errors import ArgumentError, Location, ParseError, PolycompError, UnsupportedError
@@ -47,17 +49,22 @@ class LoadedModel:
     model: onnx.ModelProto  # type: ignore[name-defined]
     folder: str | None  # where external data may be read from; None for bytes/protos
     label: str  # for messages: the file name or "<bytes>"
+    digest: str = ""  # sha256 of the model's bytes, its weights included
 
 
-def load_model(source: object) -> LoadedModel:
-    """Read and check a model; the user's mistakes are PolycompErrors."""
+def load_model(source: object, checked: Callable[[str], bool] | None = None) -> LoadedModel:
+    """Read and check a model; the user's mistakes are PolycompErrors. ``checked(digest)``
+    says whether a model of these bytes passed onnx's checker before (the model cache
+    keeps that): then the checker, seconds on a model of 500 MB, is not run again."""
     require_onnx()
+    data = None
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(source)
         folder, label = None, "<ModelProto>"
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        model = _parse(bytes(source), "<bytes>")
+        data = bytes(source)
+        model = _parse(data, "<bytes>")
         folder, label = None, "<bytes>"
     elif isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
@@ -74,9 +81,14 @@ def load_model(source: object) -> LoadedModel:
         raise ArgumentError(f"an ONNX model is a path, bytes or an onnx.ModelProto, not "
                             f"{type(source).__name__}",
                             hint="e.g. InferenceSession('model.onnx')")
-    _load_external(model, folder, label)
-    _check(model, label)
-    return LoadedModel(model, folder, label)
+    if _load_external(model, folder, label) or data is None:
+        data = model.SerializeToString(deterministic=True)  # the external weights in it
+    digest = hashlib.sha256(data).hexdigest()
+    if checked is not None and checked(digest):
+        _check_opsets(model, label)
+    else:
+        _check(model, label)
+    return LoadedModel(model, folder, label, digest)
 
 
 def _parse(data: bytes, label: str):
@@ -130,12 +142,15 @@ def _attribute_tensors(node):
             yield from _graph_tensors(g)
 
 
-def _load_external(model, folder: str | None, label: str) -> None:
-    """Read external data, only from regular files inside ``folder``."""
+def _load_external(model, folder: str | None, label: str) -> bool:
+    """Read external data, only from regular files inside ``folder``; whether there was
+    any."""
     from onnx import external_data_helper as X
+    found = False
     for tensor in _external_tensors(model):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
+        found = True
         info = {e.key: e.value for e in tensor.external_data}
         where = Location(node=tensor.name)
         if folder is None:
@@ -158,6 +173,7 @@ def _load_external(model, folder: str | None, label: str) -> None:
                              f"{exc}", where) from None
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]
+    return found
 
 
 def _inside(folder: str, location: str) -> str | None:
@@ -191,6 +207,10 @@ def _check(model, label: str) -> None:
                          Location(node=node) if node else None,
                          hint="the model is malformed; check it with onnx.checker.check_model"
                          ) from None
+    _check_opsets(model, label)
+
+
+def _check_opsets(model, label: str) -> None:
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx") and opset.version < MIN_OPSET:
             raise UnsupportedError(f"{label} uses opset {opset.version} of the default domain; "

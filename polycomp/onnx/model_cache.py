@@ -8,8 +8,8 @@ library.py: its path and slot tables) and every constant it reads after load-tim
 work (batch-norm folding, the packing channel blocking asks for, lowering tables), in
 one file mapped read-only on a hit, never copied.
 
-The key hashes the model's bytes (weights included: the C depends on some of their
-values, the constants on all), the shapes and values the session compiled for, the
+The key hashes the model's bytes (frontend/onnx/model.py's digest: weights included:
+the C depends on some of their values, the constants on all), the shapes and values the session compiled for, the
 Options and polycomp's code (compile_cache.code_identity). The entry is a pickle of the
 library's description and the constants' layout; the constants file sits beside it.
 Both are written under temporary names and renamed into place (the constants first),
@@ -48,8 +48,10 @@ class CachedModel:
     notes: dict
 
 
-def model_digest(model) -> str:  # noqa: ANN001  (an onnx.ModelProto)
-    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+def was_checked(digest: str) -> bool:
+    """Whether a model of this digest passed onnx's checker here before (a marker the
+    first store leaves; frontend/onnx/model.py then skips the checker)."""
+    return (cache_dir() / "models" / f"{digest}.checked").exists()
 
 
 def model_key(digest: str, shapes: Mapping[str, tuple[int, ...]],
@@ -114,8 +116,9 @@ def store(key: str, library: ModelLibrary, constants: Mapping[str, np.ndarray],
         with os.fdopen(fd, "wb") as f:
             f.write(text)
         os.replace(tmp, entry)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        (entry.parent / f"{notes['digest']}.checked").touch()
+    except (OSError, pickle.PicklingError, TypeError, AttributeError, KeyError):
         return  # the cache is an optimisation: a failure to store costs a recompile
 
 
-__all__ = ["CachedModel", "load", "model_digest", "model_key", "store"]
+__all__ = ["CachedModel", "load", "model_key", "store", "was_checked"]

@@ -141,7 +141,8 @@ class InferenceSession:
                  providers: object = None, provider_options: object = None,
                  **options: object):
         self.options = Options.create(**options)
-        self._model: LoadedModel = load_model(path_or_bytes)
+        self._model: LoadedModel = load_model(
+            path_or_bytes, model_cache.was_checked if self.options.cache else None)
         check_values(self._model.model)
         self._inputs = [self._arg(i) for i in runtime_inputs(self._model.model)]
         self._ranked = {i.name: i.type.tensor_type.HasField("shape")
@@ -155,7 +156,6 @@ class InferenceSession:
         self._compiled: dict[tuple, CompiledModel] = {}
         self._lock = threading.Lock()
         self._value_inputs: set[str] = set()  # inputs compiled in by value (_compile)
-        self._digest: str | None = None  # of the model, for the model cache's keys
         static = {a.name: tuple(a.shape) for a in self._inputs
                   if self._ranked[a.name] and all(isinstance(d, int) for d in a.shape)}
         if len(static) == len(self._inputs):  # every shape known: compile now
@@ -321,9 +321,7 @@ class InferenceSession:
         start = time.perf_counter()
         key = None
         if self.options.cache:
-            if self._digest is None:
-                self._digest = model_cache.model_digest(self._model.model)
-            key = model_cache.model_key(self._digest, shapes, fixed, self.options)
+            key = model_cache.model_key(self._model.digest, shapes, fixed, self.options)
             hit = model_cache.load(key, self.options)
             if hit is not None:
                 hit.library.bind(hit.constants)
@@ -338,7 +336,9 @@ class InferenceSession:
         library.bind(constants)
         outputs = tuple(plan.graph.outputs)
         if key is not None:
-            model_cache.store(key, library, constants, {"outputs": list(outputs)}, self.options)
+            model_cache.store(key, library, constants,
+                              {"outputs": list(outputs), "digest": self._model.digest},
+                              self.options)
         return CompiledModel(library, time.perf_counter() - start, constants, outputs,
                              (plan, kernels, memory))
 
