@@ -302,25 +302,31 @@ class Kernel:
             plan.spare_temporaries.append(spare)
         for original, copy in bound.write_back:
             original[...] = copy
-        if status == STATUS_DIVISION:
-            raise IntegerDivisionError(
-                f"kernel '{self.name}': an integer division or modulo by zero (or the "
-                f"overflowing MIN / -1) at run time; the results are not valid",
-                hint="check the divisors' values (a zero from the data, or -1 against the "
-                     "type's minimum)")
-        if status == STATUS_GATHER:
-            raise ArgumentError(f"kernel '{self.name}': a data-dependent index (gather) was out of "
-                                f"bounds; the out-of-bounds reads were skipped",
-                                hint="check the index tensor's values against the gathered extent")
-        if status == STATUS_NO_MEMORY:
-            raise ArgumentError(f"kernel '{self.name}': out of memory for its scratch arrays",
-                                hint="free memory, or call the kernel on smaller arrays")
         if status != 0:
-            raise InternalError(f"kernel '{self.name}' returned status {status}")
+            raise_for_status(f"kernel '{self.name}'", status)
         outputs = [buffers[name] for name in self.interface.outputs]
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def raise_for_status(what: str, status: int) -> None:
+    """The error for a non-zero entry status (codegen/c.py STATUS) of ``what`` ("kernel
+    'f'", or a model's "group 'g3'")."""
+    if status == STATUS_DIVISION:
+        raise IntegerDivisionError(
+            f"{what}: an integer division or modulo by zero (or the overflowing MIN / -1) "
+            f"at run time; the results are not valid",
+            hint="check the divisors' values (a zero from the data, or -1 against the "
+                 "type's minimum)")
+    if status == STATUS_GATHER:
+        raise ArgumentError(f"{what}: a data-dependent index (gather) was out of bounds; the "
+                            f"out-of-bounds reads were skipped",
+                            hint="check the index tensor's values against the gathered extent")
+    if status == STATUS_NO_MEMORY:
+        raise ArgumentError(f"{what}: out of memory for its scratch arrays",
+                            hint="free memory, or call it on smaller arrays")
+    raise InternalError(f"{what} returned status {status}")
 
 
 def _written_whole(compiled: Compiled, array: Array) -> bool:

@@ -33,6 +33,12 @@ def make_model(nodes, inputs: dict[str, np.ndarray], outputs: list[str], opset: 
     return model
 
 
+def reference(model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs for ``model`` (a ModelProto) on ``feed``: the oracle."""
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)
+
+
 def check(nodes, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
           opset: int = 17, inits: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
     """onnxruntime and polycomp agree: floats within tolerance, the rest (integers,
@@ -40,8 +46,7 @@ def check(nodes, inputs: dict[str, np.ndarray], outputs: list[str] | None = None
     nodes = nodes if isinstance(nodes, list) else [nodes]
     outputs = outputs or [o for o in nodes[-1].output if o]
     model = make_model(nodes, inputs, outputs, opset, inits)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, inputs)
+    want = reference(model, inputs)
     got = pco.InferenceSession(model.SerializeToString(), parallel=False).run(None, inputs)
     for name, w, g in zip(outputs, want, got):
         assert g.dtype == w.dtype and g.shape == w.shape, (name, g.dtype, w.dtype,

@@ -13,11 +13,12 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import islpy as isl  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 
 import polycomp.onnx as pco  # noqa: E402
 from polycomp import expr as E  # noqa: E402
 from polycomp.scheduler import cache_model as CM  # noqa: E402
+
+from onnx_cases import reference  # noqa: E402
 
 pytestmark = [pytest.mark.needs_cc,
               pytest.mark.skipif(CM.simd_lanes(4) < 4, reason="channel blocking needs SIMD")]
@@ -45,10 +46,6 @@ def _conv_model(c_in, c_out, group, size, kernel=1, residual=False, seed=0):
             .astype(np.float32) for i in inputs}
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feed
 
-
-def reference(model, feed):
-    return ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feed)
 
 
 def _program(session):

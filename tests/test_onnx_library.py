@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
@@ -18,12 +18,10 @@ from polycomp.errors import PolycompError  # noqa: E402
 from polycomp.frontend.onnx.plan import GroupStep  # noqa: E402
 from polycomp.onnx import session as S  # noqa: E402
 
+from onnx_cases import reference  # noqa: E402
+
 pytestmark = pytest.mark.needs_cc
 
-
-def _reference(model, feed):
-    return ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feed)
 
 
 def _model(nodes, inputs, outputs, inits=()):
@@ -60,7 +58,7 @@ def test_a_model_is_one_library_with_one_entry():
     for k in range(len({id(k) for k in compiled.kernels.values()})):
         assert hasattr(lib, f"polycomp_model_kernel_{k}")
     x = np.random.default_rng(1).standard_normal((2, 3, 6, 6)).astype(np.float32)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _reference(model, {"x": x})[0],
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0],
                                rtol=1e-4, atol=1e-5)
     # weights reach the C as pointers, never as text
     w = numpy_helper.to_array(model.graph.initializer[0])
@@ -84,7 +82,7 @@ def test_outputs_that_share_bytes_are_handed_out_separately():
     sess = pco.InferenceSession(model)
     x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
     got = sess.run(None, {"x": x})
-    for a, b in zip(got, _reference(model, {"x": x})):
+    for a, b in zip(got, reference(model, {"x": x})):
         np.testing.assert_array_equal(a, b)
     arrays = got + [x]
     for i in range(len(arrays)):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
@@ -19,12 +19,10 @@ from polycomp.frontend.onnx.memory import plan_memory  # noqa: E402
 from polycomp.frontend.onnx.plan import GroupStep, HostStep  # noqa: E402
 from polycomp.onnx import session as S  # noqa: E402
 
+from onnx_cases import reference  # noqa: E402
+
 pytestmark = pytest.mark.needs_cc
 
-
-def _reference(model, feed):
-    return ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feed)
 
 
 def chain_model(ops: list[str], shape=(2, 3, 8)):
@@ -90,7 +88,7 @@ def test_memory_plan_reuses_buffers_and_results_match_onnxruntime():
     check_no_overlap(compiled.plan, memory)
     for _ in range(2):  # the second run reuses the arena
         (got,) = sess.run(None, {"x": x})
-        np.testing.assert_allclose(got, _reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
 @settings(max_examples=8, deadline=None)
@@ -111,7 +109,7 @@ def test_graph_outputs_are_fresh_arrays_each_run():
     (a,) = sess.run(None, {"x": x})
     (b,) = sess.run(None, {"x": 2 * x})
     assert not np.shares_memory(a, b)
-    np.testing.assert_allclose(a, _reference(model, {"x": x})[0], rtol=1e-5)
+    np.testing.assert_allclose(a, reference(model, {"x": x})[0], rtol=1e-5)
 
 
 def test_elementwise_consumers_join_their_producers_group():
@@ -128,7 +126,7 @@ def test_elementwise_consumers_join_their_producers_group():
     roles = {a.role for a in groups[0].program.arrays}
     assert "temporary" in roles or "local" in roles  # a and b never leave the group
     x = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _reference(model, {"x": x})[0],
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0],
                                rtol=1e-5, atol=1e-6)
 
 
@@ -193,11 +191,11 @@ def test_constant_weights_are_packed_once_at_load_time():
     assert packed and all(a.role == "input" for a in packed)
     assert not any(s.name.endswith(("_pack", "_pad")) for s in group.program.statements)
     x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _reference(model, {"x": x})[0],
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0],
                                rtol=1e-4, atol=1e-5)
     # without channel blocking nothing is packed, and the result is the same
     plain = pco.InferenceSession(model, block_channels=False)
     assert not any(a.name.endswith("_packed")
                    for a in plain.compiled().plan.groups[0].program.arrays)
-    np.testing.assert_allclose(plain.run(None, {"x": x})[0], _reference(model, {"x": x})[0],
+    np.testing.assert_allclose(plain.run(None, {"x": x})[0], reference(model, {"x": x})[0],
                                rtol=1e-4, atol=1e-5)

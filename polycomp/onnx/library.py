@@ -40,13 +40,12 @@ import numpy as np
 
 from polycomp.build import build_object, link_library
 from polycomp.driver import Compiled
-from polycomp.errors import ArgumentError, CompilerError, IntegerDivisionError, InternalError
+from polycomp.errors import CompilerError, InternalError
 from polycomp.frontend.onnx.memory import ALIGN, MemoryPlan
 from polycomp.frontend.onnx.plan import GroupStep, HostStep, ModelPlan
 from polycomp.memory import aligned_empty
 from polycomp.options import Options
-from polycomp.runtime import (STATUS_DIVISION, STATUS_GATHER, STATUS_NO_MEMORY,
-                              _written_whole)
+from polycomp.runtime import _written_whole, raise_for_status
 from polycomp.threads import call_threads
 
 RUN, STEP = "polycomp_model_run", "polycomp_model_step"
@@ -145,7 +144,7 @@ class ModelLibrary:
             with self._lock:
                 self._spare_arenas.append(arena)
         if status:
-            _raise_status(self.step_names[status // 256], status % 256)
+            raise_for_status(f"group '{self.step_names[status // 256]}'", status % 256)
         out: dict[str, np.ndarray] = {}
         for buffer, data in zip(self.output_buffers, buffers):
             for k, (name, shape) in enumerate(buffer.graph_outputs):
@@ -165,22 +164,6 @@ class _nothing:
 def _now() -> float:
     import time
     return time.perf_counter()
-
-
-def _raise_status(step: str, status: int) -> None:
-    if status == STATUS_DIVISION:
-        raise IntegerDivisionError(
-            f"group '{step}': an integer division or modulo by zero (or the overflowing "
-            f"MIN / -1) at run time; the results are not valid",
-            hint="check the divisors' values")
-    if status == STATUS_GATHER:
-        raise ArgumentError(f"group '{step}': a data-dependent index (gather) was out of "
-                            f"bounds; the out-of-bounds reads were skipped",
-                            hint="check the index tensor's values against the gathered extent")
-    if status == STATUS_NO_MEMORY:
-        raise ArgumentError(f"group '{step}': out of memory for its scratch arrays",
-                            hint="free memory, or run the model on smaller inputs")
-    raise InternalError(f"group '{step}' returned status {status}")
 
 
 # ----------------------------------------------------------------------------- linking
