@@ -9,6 +9,9 @@
                              [-o OUT.so]   (without --emit: the model as one library)
     polycomp run MODEL.onnx [--shape NAME=1,3,224,224 ...] [--sizes BATCH=8] [--repeat N]
                              (checked against onnxruntime when it is installed)
+    polycomp tune FILE.tc|FILE.c --sizes M=512,N=256 [--entry NAME] [--trials N]
+                             [--records DB] [--workers N] [--seed S] [--plot CURVE.png]
+                             [--random]   (search the tiling; the best is recorded)
     polycomp demo
 
 A user mistake prints the error (location, caret, hint) and exits with status 1, without
@@ -28,7 +31,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import InternalError, OptionError, PolycompError
+from .errors import InternalError, OptionError, PolycompError, UnsupportedError
 from .options import SCHEDULERS, Options
 
 PARAMETRIC_TIME_LIMIT = 300.0  # seconds; --time-limit
@@ -127,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, help="timed runs (median is printed)")
     p.add_argument("--threads", type=int, default=None, help="OpenMP threads")
     p.set_defaults(handler=_run)
+
+    _tune_parser(sub)
 
     p = sub.add_parser("demo", help="compile and run the bundled examples with checks and timings")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -274,6 +279,314 @@ def _run(args: argparse.Namespace) -> int:
                            threads=args.threads, **scheduler_options(args))
     print(report)
     return 0 if report.ok else 1
+
+
+# ----------------------------------------------------------------------------- tune
+
+TUNE_DESCRIPTION = """\
+Search the tiling of one kernel at fixed sizes (polycomp.tune): tile sizes per band and
+member, unroll-and-jam, the SIMD loop and L2 tiles, proposed by a cost model from the
+configurations measured so far. Each configuration is compiled, checked against the
+default's outputs and timed in a child process; a failing or hanging one is recorded and
+skipped. Every trial goes to the records (--records), and later compiles of this kernel
+at these sizes on this machine apply the best one."""
+
+
+def _tune_parser(sub) -> None:  # noqa: ANN001 - argparse's private subparsers action
+    p = sub.add_parser("tune", help="search the tiling of a kernel at fixed sizes and "
+                                    "record the best", description=TUNE_DESCRIPTION)
+    p.add_argument("file", help="a .tc (Tensor Comprehensions) or .c (affine loop nest) file")
+    p.add_argument("--entry", help="which def (or C function) to tune, if the file has several")
+    p.add_argument("--sizes", default="", help="the sizes to tune for, as NAME=VALUE,NAME=VALUE "
+                                               "(required: a tuning holds for one size set)")
+    p.add_argument("--trials", type=int, default=64, metavar="N",
+                   help="configurations to measure, the default (the analytical choice) "
+                        "first (default 64)")
+    p.add_argument("--records", metavar="DB",
+                   help="the sqlite records to seed the search from and store every trial "
+                        "in (default $POLYCOMP_CACHE_DIR/tuning.sqlite, the one compile reads)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="measure N configurations at once in a pool of N processes (default "
+                        "1, so that timings never overlap: two kernels timed at once on one "
+                        "machine slow each other down; more only on many idle cores)")
+    p.add_argument("--seed", type=int, default=0, metavar="S",
+                   help="seed of the search and of the random inputs (default 0)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SEC",
+                   help="seconds of timed calls per configuration, the fastest counting "
+                        "(default 0.2)")
+    p.add_argument("--plot", metavar="PNG",
+                   help="draw the best time against the measurements (needs matplotlib)")
+    p.add_argument("--random", action="store_true",
+                   help="also run a random search with the same budget (without records: "
+                        "neither seeded by them nor stored), and print and plot both")
+    p.add_argument("--scheduler", default=None, choices=[s for s in SCHEDULERS if s != "custom"],
+                   help=f"the scheduler whose bands are tiled (default {Options.scheduler})")
+    p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
+                   help="C files: an include directory for the preprocessor")
+    p.add_argument("-D", dest="define", action="append", default=[],
+                   metavar="NAME[=VALUE]", help="C files: a macro for the preprocessor")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks of errors")
+    p.set_defaults(handler=_tune)
+
+
+def _tune(args: argparse.Namespace) -> int:
+    import math
+
+    from .runtime import Kernel
+    from .tuning.api import tune
+
+    if is_onnx(args.file):
+        raise UnsupportedError(
+            "whole-model tuning is not supported yet",
+            hint="tune one operator of the model as a TC kernel (polycomp tune op.tc "
+                 "--sizes ...); a tuning budget shared by a whole model's kernels comes later")
+    for flag, value in (("--trials", args.trials), ("--workers", args.workers)):
+        if value < 1:
+            raise OptionError(f"{flag} must be at least 1, not {value}",
+                              hint=f"e.g. {flag} {64 if flag == '--trials' else 1}")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise OptionError(f"--time-budget must be positive, not {args.time_budget:g}",
+                          hint="e.g. --time-budget 0.2 (seconds)")
+    if args.plot:
+        _check_plot(args.plot)  # before the search, not after it
+    definition = load_definition(args.file, args.entry, args.include, args.define)
+    sizes = parse_sizes(args.sizes)
+    if not sizes and getattr(definition, "whole", None):
+        sizes = harness_sizes(definition)
+    names = size_names(definition.interface)
+    example = "e.g. --sizes " + ",".join(f"{n}={sizes.get(n, 256)}" for n in names or ["N"])
+    if not sizes and needs_sizes(definition.interface):
+        raise OptionError(f"polycomp tune needs --sizes: {definition.name} is tuned at fixed "
+                          "sizes", hint=example)
+    missing = [n for n in names if n not in sizes]
+    if missing:
+        raise OptionError(f"--sizes has no value for {', '.join(missing)}",
+                          hint=f"{example} (every size of {definition.name})")
+    unknown = [n for n in sizes if n not in names]
+    if unknown and names and not _derived_extents(definition.interface):
+        raise OptionError(f"--sizes names {', '.join(unknown)}, not a size of "
+                          f"{definition.name}", hint=f"its sizes: {', '.join(names)}")
+    records = _open_records(args.records)
+    options = {} if args.scheduler is None else {"scheduler": args.scheduler}
+    kernel = Kernel(definition, Options.create(**options))
+    extra = {} if args.time_budget is None else {"time_budget": args.time_budget}
+    executor = worker_pool(args.workers)
+    try:
+        bar = TuneProgress(args.trials, "model")
+        try:
+            result = tune(kernel, sizes, args.trials, executor, records, seed=args.seed,
+                          progress=bar, **extra)
+        finally:
+            bar.close()
+        baseline = None
+        if args.random:
+            bar = TuneProgress(args.trials, "random")
+            try:
+                baseline = tune(kernel, sizes, args.trials, executor, False, seed=args.seed,
+                                search="random", progress=bar, **extra)
+            finally:
+                bar.close()
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+    print(format_tuning(args, definition, sizes, result, baseline, records.path))
+    if args.plot:
+        curves = {"model-guided search": result.curve}
+        if baseline is not None:
+            curves["random search"] = baseline.curve
+        shown = ",".join(f"{k}={v}" for k, v in sizes.items())
+        plot_tuning(args.plot, curves, result.default_time,
+                    f"tuning {definition.name} ({shown})")
+        print(f"plot: {args.plot}")
+    return 0 if result.best_config is not None and math.isfinite(result.best_time) else 1
+
+
+def worker_pool(workers: int):
+    """The measuring pool: ``workers`` processes that only forward each trial to a child
+    of their own. Started by a fork server where there is one: its workers never load an
+    OpenMP runtime, so their children are forks; a worker forked from this process (which
+    ran the default kernel) would start a fresh interpreter per trial instead (a forked
+    OpenMP runtime may hang; polycomp/tuning/measure.py), about half a second each."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else None)
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def _open_records(path: str | None):
+    import sqlite3
+
+    from .tuning.records import Records
+
+    try:
+        return Records(path)
+    except (sqlite3.Error, OSError) as exc:
+        raise OptionError(f"cannot open the tuning records {path or '(the default)'}: {exc}",
+                          hint="pass another file with --records DB") from None
+
+
+def _check_plot(path: str) -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise OptionError("--plot needs matplotlib, which is not installed",
+                          hint="pip install matplotlib (or pip install -e '.[bench]'), or "
+                               "leave --plot out") from None
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        raise OptionError(f"cannot write the plot {path}: no folder {folder}",
+                          hint="create the folder first, or name a PNG in an existing one")
+
+
+def needs_sizes(interface) -> bool:  # noqa: ANN001 - an ir.Interface
+    """Whether some argument's extent or a size argument is not a fixed number."""
+    for spec in interface.inputs:
+        if getattr(spec, "is_size", False):
+            return True
+        if any(not isinstance(d, int) for d in getattr(spec, "dims", ())):
+            return True
+    return False
+
+
+def _derived_extents(interface) -> bool:  # noqa: ANN001 - an ir.Interface
+    """Whether some extent is an expression of sizes (whose names size_names misses)."""
+    return any(not isinstance(d, (int, str)) for spec in interface.inputs
+               for d in getattr(spec, "dims", ()))
+
+
+def size_names(interface) -> list[str]:  # noqa: ANN001 - an ir.Interface
+    """The size names a call binds, in argument order (for hints)."""
+    names: list[str] = []
+    for spec in interface.inputs:
+        found = [spec.name] if getattr(spec, "is_size", False) else \
+            [d for d in getattr(spec, "dims", ()) if isinstance(d, str)]
+        names += [n for n in found if n not in names]
+    return names
+
+
+class TuneProgress:
+    """A progress bar over a search's trials: tqdm when it is installed (as in
+    benchmarks/), else a line per trial on standard error. Called with each Outcome."""
+
+    def __init__(self, total: int, label: str):
+        self.total, self.label, self.n = total, label, 0
+        self.best = float("inf")
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.bar = None
+        else:
+            self.bar = tqdm(total=total, desc=f"{label} search", unit="trial", file=sys.stderr)
+
+    def __call__(self, outcome) -> None:  # noqa: ANN001 - a measure.Outcome
+        self.n += 1
+        if outcome.ok:
+            self.best = min(self.best, outcome.time)
+        best = "-" if self.best == float("inf") else _ms(self.best)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"best {best}", refresh=False)
+            self.bar.update(1)
+        else:
+            now = _ms(outcome.time) if outcome.ok else outcome.status
+            print(f"{self.label} search [{self.n}/{self.total}] {now} (best {best})",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
+
+
+def format_tuning(args: argparse.Namespace, definition, sizes: dict, result, baseline,
+                  records_path) -> str:  # noqa: ANN001 - frontend definition, TuneResults
+    """What the CLI prints after a search: the times, the best configuration per band
+    (with the default where it differs) and the compile keywords that give it."""
+    shown = ",".join(f"{k}={v}" for k, v in sizes.items()) or "its fixed sizes"
+    valid = sum(t.ok for t in result.trials)
+    lines = [f"{definition.name} ({os.path.basename(args.file)}) at {shown}: "
+             f"{len(result.trials)} configurations measured, {valid} valid "
+             f"(model-guided search; stopped: {result.stopped})"]
+    failed: dict[str, int] = {}
+    for t in result.trials:
+        if not t.ok:
+            failed[t.status] = failed.get(t.status, 0) + 1
+    if failed:
+        first = next(t for t in result.trials if not t.ok)
+        detail = first.detail.strip().splitlines()[-1][:160] if first.detail.strip() else ""
+        lines.append("  failed: " + ", ".join(f"{k} {v}" for k, v in sorted(failed.items()))
+                     + (f" (first: {detail})" if detail else ""))
+    lines.append(f"  default  {_ms(result.default_time):>12}   (the analytical choice)")
+    if result.best_config is None:
+        lines.append("  best     none: no configuration ran correctly")
+        return "\n".join(lines)
+    at = next((t.index + 1 for t in result.trials
+               if t.ok and t.time == result.best_time), len(result.trials))
+    speedup = result.speedup
+    lines.append(f"  best     {_ms(result.best_time):>12}   "
+                 + (f"{speedup:.2f}x the default's speed" if speedup else "the default failed")
+                 + f" (found at measurement {at})")
+    if baseline is not None:
+        found = baseline.best_config is not None
+        ratio = baseline.best_time / result.best_time if found else float("inf")
+        lines.append(f"  random   {_ms(baseline.best_time if found else None):>12}   "
+                     f"best of {len(baseline.trials)} random configurations "
+                     f"({ratio:.2f}x the model-guided best's time)")
+    if any(t.source == "seed" for t in result.trials):
+        lines.append("  (the search started from records of earlier tunings)")
+    lines.append("best configuration (knob best, [default] where it differs):")
+    bands: dict[str, list[str]] = {}
+    for name, value in result.best_config.items():
+        band, knob = name.rsplit("/", 1)
+        default = result.default_config.get(name)
+        bands.setdefault(band, []).append(
+            f"{knob} {value}" + (f" [{default}]" if default != value else ""))
+    for band, knobs in bands.items():
+        lines.append(f"  {band}: " + ", ".join(knobs))
+    function = "compile_loops" if args.file.endswith(".c") else "compile"
+    entry = f", {args.entry!r}" if args.entry else ""
+    keywords = "".join(f", {k}={v!r}" for k, v in result.best_options.items())
+    lines.append("compile with it:")
+    lines.append(f"  polycomp.{function}(source{entry}, sizes={dict(sizes)!r}{keywords})")
+    lines.append(f"records: {records_path} (compiles of this kernel at these sizes on this "
+                 "machine apply the best)")
+    return "\n".join(lines)
+
+
+def plot_tuning(path: str, curves: dict, default: float | None, title: str) -> None:
+    """Best time so far against measurements, one step line per search, the default as
+    a horizontal line (matplotlib, checked by _check_plot)."""
+    import math
+
+    import matplotlib
+    matplotlib.use("Agg")  # no display needed: the figure only goes to a file
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, curve in curves.items():
+        points = [(i + 1, v * 1e3) for i, v in enumerate(curve) if math.isfinite(v)]
+        if points:
+            xs, ys = zip(*points)
+            ax.step(xs, ys, where="post", marker=".", label=label)
+    if default is not None:
+        ax.axhline(default * 1e3, color="gray", linestyle="--",
+                   label=f"default (analytical): {default * 1e3:.4g} ms")
+    ax.set_xlabel("measurements")
+    ax.set_ylabel("best time so far (ms)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise PolycompError(f"cannot write the plot {path}: {exc}") from None
+    finally:
+        plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- ONNX models

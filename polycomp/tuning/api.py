@@ -12,6 +12,10 @@ trial goes to the records (records.py), keyed by the lowered program's signature
 sizes (and the options, when not the defaults: ``record_signature``); the best record
 at these sizes and the nearest at other sizes seed the search.
 
+``prepare`` is the search's set-up alone (the default kernel, its space, featuriser and
+reference outputs), for callers that run a search of their own (benchmarks/tuning.py);
+``tune(search="random")`` runs the random baseline instead of the sampler.
+
 ``RecordsKernel`` is what polycomp.compile returns under ``tuning="records"`` (the
 default): for each size set it looks up the best record of the lowered program and, if
 there is one, compiles with its configuration. The lookup costs a file test when no
@@ -43,7 +47,7 @@ from polycomp.scheduler.tiling import TiledBand, observe_bands
 
 from .measure import Measurer, time_callable
 from .records import Record, Records, default_path
-from .sampler import Sampler, TuneResult
+from .sampler import RandomSearch, Sampler, TuneResult
 from .signature import kernel_signature, kernel_sizes
 from .space import UNROLL_FACTORS, BandInfo, Featurizer, TuningSpace, min_parallel_tiles
 
@@ -306,12 +310,57 @@ def space_of(kernel_or_program: object, options: Options | Mapping[str, object] 
 
 # ----------------------------------------------------------------------------- tune
 
+# the searches tune(search=...) runs: the model-guided sampler, and the baseline it is
+# judged against (benchmarks/tuning.py, polycomp tune --random)
+SEARCHES = {"model": Sampler, "random": RandomSearch}
+
+
+@dataclass
+class Prepared:
+    """What a search over one kernel at one size set needs (``prepare``): the trial
+    spec the children compile from, the default kernel (built), the bands and their
+    space, the featuriser, and the default's outputs every trial is checked against."""
+
+    options: Options
+    spec: TrialSpec
+    kernel: Kernel
+    bands: list[TiledBand]
+    space: TuningSpace
+    infos: list[BandInfo]
+    featurize: Featurizer
+    reference: tuple
+    rtol: float
+    atol: float
+
+
+def prepare(source_or_kernel: object, sizes: Mapping[str, int] | None = None, *,
+            entry: str | None = None, inputs: Sequence[Any] | None = None, seed: int = 0,
+            time_budget: float = TIME_BUDGET, rtol: float | None = None,
+            atol: float | None = None, function: str = "tune",
+            **options: object) -> Prepared:
+    """The first half of ``tune``: the kernel compiled and built with the analytical
+    choice while the tiling pass reports its bands, their TuningSpace, and the reference
+    outputs (for callers that run their own search, e.g. benchmarks/tuning.py)."""
+    target = _target(source_or_kernel, sizes, inputs, entry, options, function)
+    # the default's outputs are the reference every trial is checked against: computed
+    # here, by the compiler's own (analytical) choice
+    spec, default_kernel, bands = _explore(target, seed, time_budget, build=True)
+    space, infos = _space_from(bands, target.options)
+    reference = run_outputs(default_kernel, spec.arguments())
+    r, a = _tolerance(reference)
+    featurize = Featurizer(space, infos, BandFootprints(bands),
+                           caches=tuple(CM.cache_sizes()[level] for level in (1, 2)))
+    return Prepared(target.options, spec, default_kernel, bands, space, infos, featurize,
+                    reference, r if rtol is None else rtol, a if atol is None else atol)
+
+
 def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trials: int = 64,
          executor: Any = None, records: object = None, *, entry: str | None = None,
          inputs: Sequence[Any] | None = None, seed: int = 0, timeout: float = 120.0,
          time_budget: float = TIME_BUDGET, batch_size: int = 8, patience: int | None = None,
          rtol: float | None = None, atol: float | None = None,
-         measure: Any = None, **options: object) -> TuneResult:
+         measure: Any = None, search: str = "model", progress: Any = None,
+         **options: object) -> TuneResult:
     """Search the tiling configurations of a kernel at ``sizes`` (module doc).
 
     source_or_kernel  a TC source (``entry`` picks the def), a Kernel (compile_loops'
@@ -325,6 +374,9 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
     time_budget       seconds of timed calls per trial (the minimum counts)
     rtol, atol        the output check (default: by element type)
     measure           a top-level ``fn(config, spec)`` replacing measure_trial
+    search            "model" (the model-guided Sampler) or "random" (RandomSearch, the
+                      baseline: the default, the records' seeds, then random points)
+    progress          called with each trial's measure.Outcome as it comes back
     options           Options fields for every trial (as compile takes them)
 
     Returns the sampler's TuneResult with ``best_options``: keywords for
@@ -333,18 +385,15 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise ArgumentError(f"tune: trials must be a positive integer, not {trials!r}",
                             hint="e.g. trials=64")
-    target = _target(source_or_kernel, sizes, inputs, entry, options, "tune")
-    # the default's outputs are the reference every trial is checked against: computed
-    # here, by the compiler's own (analytical) choice
-    spec, default_kernel, bands = _explore(target, seed, time_budget, build=True)
-    space, infos = _space_from(bands, target.options)
-    reference = run_outputs(default_kernel, spec.arguments())
-    r, a = _tolerance(reference)
-    rtol = r if rtol is None else rtol
-    atol = a if atol is None else atol
+    if search not in SEARCHES:
+        raise ArgumentError(f"tune: search must be one of {', '.join(SEARCHES)}, "
+                            f"not {search!r}", hint="search='model' (the default)")
+    prepared = prepare(source_or_kernel, sizes, entry=entry, inputs=inputs, seed=seed,
+                       time_budget=time_budget, rtol=rtol, atol=atol, **options)
+    spec, space = prepared.spec, prepared.space
 
     db = _records(records)
-    signature = record_signature(spec.definition.program, target.options)
+    signature = record_signature(spec.definition.program, prepared.options)
     size_key = kernel_sizes(spec.definition.program)
     seeds = []
     if db is not None:
@@ -352,13 +401,12 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
             if record is not None:
                 seeds.append(record.config)
 
-    featurize = Featurizer(space, infos, BandFootprints(bands),
-                           caches=tuple(CM.cache_sizes()[level] for level in (1, 2)))
     with Measurer(measure or measure_trial, (spec,), executor=executor, timeout=timeout,
-                  reference=reference, rtol=rtol, atol=atol) as measurer:
-        result = Sampler(space, featurize, measurer, budget=trials,
-                         batch_size=min(batch_size, trials), seed=seed, patience=patience,
-                         seeds=seeds).run()
+                  reference=prepared.reference, rtol=prepared.rtol, atol=prepared.atol,
+                  on_outcome=progress) as measurer:
+        result = SEARCHES[search](space, prepared.featurize, measurer, budget=trials,
+                                  batch_size=min(batch_size, trials), seed=seed,
+                                  patience=patience, seeds=seeds).run()
     if db is not None:
         db.add_result(signature, size_key, result)
     result.best_options = dict(spec.options)
@@ -449,6 +497,7 @@ class RecordsKernel(Kernel):
         return super()._compile(program)
 
 
-__all__ = ["FixedDefinition", "RecordsKernel", "TrialSpec", "band_infos", "best_record",
+__all__ = ["FixedDefinition", "Prepared", "RecordsKernel", "SEARCHES", "TrialSpec", "band_infos",
+           "best_record", "prepare",
            "record_signature",
            "measure_trial", "random_arguments", "run_outputs", "space_of", "tune"]

@@ -262,13 +262,16 @@ class Measurer:
     timeout    seconds per measurement (the child is killed past it)
     reference  the right output, checked in the child (rtol/atol as numpy.allclose)
     isolation  "auto" (fork when the worker is single-threaded), "fork", "subprocess"
+    on_outcome called with each Outcome as it comes back, in order (a progress bar)
     """
 
     def __init__(self, fn: Callable[..., Any], args: Sequence[Any] = (), *,
                  executor: cf.Executor | None = None, timeout: float = 60.0,
                  reference: Any = None, rtol: float = 1e-4, atol: float = 1e-5,
-                 isolation: str = "auto"):
+                 isolation: str = "auto",
+                 on_outcome: Callable[[Outcome], None] | None = None):
         self.fn, self.args = fn, tuple(args)
+        self.on_outcome = on_outcome
         self.timeout = timeout
         self.reference, self.rtol, self.atol = reference, rtol, atol
         self.isolation = isolation
@@ -300,6 +303,8 @@ class Measurer:
                 out.append(Outcome("crash", None, f"executor: {_summary(exc)}"))
                 if isinstance(exc, cf.BrokenExecutor) and self._own:
                     self._executor = None  # a fresh pool for the next batch
+            if self.on_outcome is not None:
+                self.on_outcome(out[-1])
         return out
 
     def close(self) -> None:
