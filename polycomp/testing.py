@@ -37,7 +37,8 @@ def random_arguments(interface: Interface, sizes: Mapping[str, int],
             else:
                 out.append(float(rng.uniform(0.1, 1.0)))
             continue
-        shape = tuple(_extent(d, sizes, spec) for d in spec.dims)
+        shape = tuple(declared_extent(d, sizes, f"argument '{spec.name}'",
+                                      "give it with --sizes {size}=...") for d in spec.dims)
         out.append(random_array(shape, spec.dtype, rng))
     return out
 
@@ -50,18 +51,22 @@ def random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -
     return rng.uniform(0.1, 1.0, size=shape).astype(dtype)
 
 
-def _extent(dim: int | str | object, sizes: Mapping[str, int], spec: TensorArg) -> int:
+def declared_extent(dim: int | str | object, sizes: Mapping[str, int], where: str,
+                    hint: str) -> int:
+    """An argument's declared extent (an int, a size name or a PwAff of sizes) at
+    ``sizes``; a missing size is an ArgumentError about ``where`` with ``hint`` (in which
+    ``{size}`` names it)."""
     if isinstance(dim, int):
         return dim
     if isinstance(dim, str):
         if dim not in sizes:
-            raise ArgumentError(f"no value for size {dim} (argument '{spec.name}')",
-                                hint=f"give it with --sizes {dim}=...")
+            raise ArgumentError(f"no value for size {dim} ({where})", hint=hint.format(size=dim))
         return int(sizes[dim])
-    value = U.pw_aff_value(dim, sizes)  # type: ignore[arg-type]
+    value = U.pw_aff_value(dim, dict(sizes))  # type: ignore[arg-type]
     if value is None:
-        raise ArgumentError(f"cannot compute an extent of argument '{spec.name}' from {dict(sizes)}")
-    return value
+        raise ArgumentError(f"cannot compute an extent of {where} from {dict(sizes)}",
+                            hint=hint.format(size="every size"))
+    return int(value)
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from polycomp import islutil as U
 from polycomp.arguments import bind, check_sizes
 from polycomp.driver import Compiled, compile_program
 from polycomp.errors import ArgumentError, OptionError
@@ -44,6 +43,7 @@ from polycomp.options import Options
 from polycomp.runtime import Kernel
 from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler.tiling import TiledBand, observe_bands
+from polycomp.testing import declared_extent
 
 from .measure import Measurer, time_callable
 from .records import Record, Records, default_path
@@ -112,24 +112,11 @@ def random_arguments(interface: Interface, sizes: Mapping[str, int], seed: int) 
             else:
                 out.append(_random(rng, (), spec.dtype).item())
             continue
-        shape = tuple(_extent(d, sizes) for d in spec.dims)
+        shape = tuple(declared_extent(d, sizes, f"tune's argument '{spec.name}'",
+                                      "pass sizes={{'{size}': ...}} (every size of the kernel)")
+                      for d in spec.dims)
         out.append(_random(rng, shape, spec.dtype))
     return out
-
-
-def _extent(dim: object, sizes: Mapping[str, int]) -> int:
-    if isinstance(dim, int):
-        return dim
-    if isinstance(dim, str):
-        if dim not in sizes:
-            raise ArgumentError(f"tune: no value for the size '{dim}'",
-                                hint=f"pass sizes={{'{dim}': ...}} (every size of the kernel)")
-        return int(sizes[dim])
-    value = U.pw_aff_value(dim, dict(sizes))  # type: ignore[arg-type]
-    if value is None:
-        raise ArgumentError(f"tune: cannot compute the extent {dim} from sizes {dict(sizes)}",
-                            hint="pass every size of the kernel in sizes=, or inputs=")
-    return int(value)
 
 
 def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
