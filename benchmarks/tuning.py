@@ -55,7 +55,6 @@ import csv
 import json
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -396,12 +395,8 @@ def _knobs(run: KernelRun) -> str:
 
 
 def header(args: argparse.Namespace) -> list[str]:
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    from .operators.__main__ import cpu_and_load
+    cpu, load = cpu_and_load()
     members, values = ((QUICK_MEMBERS, QUICK_TILE_VALUES) if args.quick
                        else (MEMBERS, TILE_VALUES))
     return [

@@ -180,14 +180,20 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def header(threads: list[int], scheduler: str | None) -> list[str]:
-    import onnxruntime
+def cpu_and_load() -> tuple[str, str]:
+    """The CPU model and the load averages now, for a results header."""
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                    if line.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return cpu, load
+
+
+def header(threads: list[int], scheduler: str | None) -> list[str]:
+    import onnxruntime
+    cpu, load = cpu_and_load()
     return [
         "## Deep-learning operators: polycomp against onnxruntime",
         "",
