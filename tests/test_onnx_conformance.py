@@ -20,8 +20,8 @@ onnx-conformance.txt).
 
 Tolerances are onnx's own per case (rtol 1e-3, atol 1e-7 unless the case says otherwise).
 The kernels are compiled with the default options, as a user's are: the whole file takes
-about 55 s on one core (the cases are tiny: most of the time is gcc, and onnx generating
-its cases when the file is collected, about 5 s per process).
+about two minutes with ``-n 2`` on a 2-core machine (the cases are tiny: most of the time
+is gcc, and onnx generating its cases when the file is collected, about 5 s per process).
 """
 
 from __future__ import annotations

@@ -32,8 +32,10 @@ import ctypes
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -128,15 +130,15 @@ class ModelLibrary:
             arena = aligned_empty((max(self.arena_bytes, 1),), "uint8")
         args = (ins, outs, self._constant_pointers, arena.ctypes.data)
         try:
-            with call_threads() if self.parallel else _nothing():
+            with call_threads() if self.parallel else nullcontext():
                 if timings is None:
                     status = self._run(*args)
                 else:
                     status = 0
                     for k in range(len(self.step_names)):
-                        start = _now()
+                        start = time.perf_counter()
                         status = self._step(k, *args)
-                        timings.append(_now() - start)
+                        timings.append(time.perf_counter() - start)
                         if status:
                             status += 256 * k
                             break
@@ -151,19 +153,6 @@ class ModelLibrary:
                 view = data if data.shape == shape else data.reshape(shape)
                 out[name] = view if k == 0 else view.copy()  # outputs never share bytes
         return out
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _now() -> float:
-    import time
-    return time.perf_counter()
 
 
 # ----------------------------------------------------------------------------- linking
