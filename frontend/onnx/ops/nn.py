@@ -232,6 +232,26 @@ def _channels(group: int, out_per_group: int, in_per_group: int, iters: Sequence
             _linear([(g, in_per_group), (c, 1)]), c)
 
 
+def _conv_iterators(n_batch: int, group: int, per_group: int, c_group: int,
+                    out: Sequence[int], kernel: Sequence[int]):
+    """The iterators of a (transposed) convolution's reduction: n, the channel(s), the
+    output positions, then the input channel in its group (kept when it has more than one
+    value, or without groups: a plain W[f, c, ...] for blocking) and the kernel offsets.
+    Returns (n, channel iterators, positions, kernel offsets, extents, output channel,
+    input channel, weights' channel-in-group index, whether c is kept)."""
+    r = len(out)
+    n_chan = 1 if group == 1 or per_group == 1 else 2
+    keep_c = group == 1 or c_group > 1
+    n_out = 1 + n_chan + r
+    it = _iters(n_out + int(keep_c) + r)
+    n, chans, pos = it[0], it[1:1 + n_chan], it[1 + n_chan:n_out]
+    c = it[n_out] if keep_c else None
+    ks = it[n_out + int(keep_c):]
+    chan_extents, f, cin, wc = _channels(group, per_group, c_group, chans, c)
+    extents = [n_batch] + chan_extents + list(out) + ([c_group] if keep_c else []) + list(kernel)
+    return n, chans, pos, ks, extents, f, cin, wc, keep_c
+
+
 def _accumulate(ctx: NodeContext, shape: Sequence[int], dtype: str, epilogue: bool,
                 block: int | None = None) -> Tensor:
     """The reduction's target: the output itself, or a temporary the epilogue reads
@@ -316,21 +336,12 @@ def _conv(ctx: NodeContext) -> None:
         x, axes = _padded(ctx, x, axes)
     m_group = m_out // group
 
-    # iterators: n, the channel(s), the output positions, then c and the kernel offsets
-    n_chan = 1 if group == 1 or m_group == 1 else 2
-    keep_c = group == 1 or c_group > 1  # a plain W[f, c, ...] for blocking
-    n_out = 1 + n_chan + r
-    it = _iters(n_out + int(keep_c) + r)
-    n, chans, pos = it[0], it[1:1 + n_chan], it[1 + n_chan:n_out]
-    c = it[n_out] if keep_c else None
-    ks = it[n_out + int(keep_c):]
-    chan_extents, f, cin, wc = _channels(group, m_group, c_group, chans, c)
-    extents = ([n_batch] + chan_extents + [a.out for a in axes] + ([c_group] if keep_c else [])
-               + kernel)
+    n, chans, pos, ks, extents, f, cin, wc, keep_c = _conv_iterators(
+        n_batch, group, m_group, c_group, [a.out for a in axes], kernel)
     x_index = (n, cin) + tuple(a.index(o, k) for a, o, k in zip(axes, pos, ks))
     where = _all([cond for a, o, k in zip(axes, pos, ks) for cond in a.bounds(o, k)])
 
-    if (n_chan == 2 and keep_c and w.value is not None and dtype in ("float32", "float64")
+    if (len(chans) == 2 and keep_c and w.value is not None and dtype in ("float32", "float64")
             and _blockable_groups(m_group, c_group, kernel)):
         _grouped_conv(ctx, x[x_index], w, chans, (n,) + pos, wc, ks, extents, where, bias)
         return
@@ -420,17 +431,9 @@ def _conv_transpose(ctx: NodeContext) -> None:
     out_shape = ctx.out_shape()
     axes = _transposed_window(ctx, x.shape[2:], kernel, out_shape[2:])
 
-    n_chan = 1 if group == 1 or m_group == 1 else 2
-    keep_c = c_group > 1 or group == 1
-    n_out = 1 + n_chan + r
-    it = _iters(n_out + int(keep_c) + r)
-    n, chans, pos = it[0], it[1:1 + n_chan], it[1 + n_chan:n_out]
-    c = it[n_out] if keep_c else None
-    ks = it[n_out + int(keep_c):]
-    chan_extents, f, cin, _ = _channels(group, m_group, c_group, chans, c)
-    m_in_group = chans[-1] if n_chan == 2 else (f if group == 1 else _c(0))
-    extents = ([n_batch] + chan_extents + [a.out for a in axes] + ([c_group] if keep_c else [])
-               + kernel)
+    n, chans, pos, ks, extents, f, cin, _, _ = _conv_iterators(
+        n_batch, group, m_group, c_group, [a.out for a in axes], kernel)
+    m_in_group = chans[-1] if len(chans) == 2 else (f if group == 1 else _c(0))
     x_index: list[E.Expr] = [n, cin]
     conds: list[E.Expr] = []
     for a, o, k in zip(axes, pos, ks):

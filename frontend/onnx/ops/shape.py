@@ -535,13 +535,20 @@ def _blocksize(ctx: NodeContext, x: Tensor) -> int:
     return b
 
 
+def _block_mode(ctx: NodeContext) -> str:
+    """DepthToSpace's and SpaceToDepth's channel order: DCR (depth, column, row) or CRD."""
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise ctx.unsupported(f"mode '{mode}'",
+                              hint=f"{ctx.node.op_type} modes are DCR and CRD")
+    return str(mode)
+
+
 @lowering("DepthToSpace", attrs=("blocksize", "mode"))
 def _depth_to_space(ctx: NodeContext) -> None:
     x = ctx.input(0)
     b = _blocksize(ctx, x)
-    mode = ctx.attr("mode", "DCR")
-    if mode not in ("DCR", "CRD"):
-        raise ctx.unsupported(f"mode '{mode}'", hint="DepthToSpace modes are DCR and CRD")
+    mode = _block_mode(ctx)
     n, c, h, w = x.shape
     if c % (b * b):
         raise _invalid(ctx, f"{c} channels are not a multiple of blocksize^2 = {b * b}")
@@ -561,9 +568,7 @@ def _depth_to_space(ctx: NodeContext) -> None:
 def _space_to_depth(ctx: NodeContext) -> None:
     x = ctx.input(0)
     b = _blocksize(ctx, x)
-    mode = ctx.attr("mode", "DCR")
-    if mode not in ("DCR", "CRD"):
-        raise ctx.unsupported(f"mode '{mode}'", hint="SpaceToDepth modes are DCR and CRD")
+    mode = _block_mode(ctx)
     n, c, h, w = x.shape
     if h % b or w % b:
         raise _invalid(ctx, f"spatial extents {h}x{w} are not multiples of blocksize {b}")
