@@ -224,11 +224,7 @@ def _compile(args: argparse.Namespace) -> int:
                           note=f" (scheduler={options.scheduler})")
         else:
             text = emit(compiled, what)
-    if args.output:
-        Path(args.output).write_text(text if text.endswith("\n") else text + "\n")
-    else:
-        print(text)
-    return 0
+    return _write_or_print(text, args.output)
 
 
 def harness_sizes(definition) -> dict[str, int]:  # noqa: ANN001 - a LoopDefinition
@@ -683,8 +679,13 @@ def _compile_onnx(args: argparse.Namespace) -> int:
         text = format_plan(args.file, shapes, compiled, seconds)
     else:
         text = emit_groups(compiled, what)
-    if args.output:
-        Path(args.output).write_text(text if text.endswith("\n") else text + "\n")
+    return _write_or_print(text, args.output)
+
+
+def _write_or_print(text: str, output: str | None) -> int:
+    """``text`` into the file ``output`` (a final newline added), or to standard output."""
+    if output:
+        Path(output).write_text(text if text.endswith("\n") else text + "\n")
     else:
         print(text)
     return 0
