@@ -281,6 +281,11 @@ class KernelRun:
     def default(self) -> Key:
         return self.restricted.space.key(self.restricted.space.default)
 
+    def mean_ratio(self, search: str) -> float:
+        """The mean over seeds of ``search``'s best, re-measured, over the ground truth."""
+        picks = self.picks[search]
+        return sum(self.times[k] for k in picks) / len(picks) / self.summary.ground_truth
+
     def sweep_time(self, key: Key) -> float | None:
         outcome = self.table.get(key)
         return outcome.time if outcome is not None and outcome.ok else None
@@ -306,19 +311,25 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
                         reference=prepared.reference, rtol=prepared.rtol, atol=prepared.atol,
                         on_outcome=bar.update)
 
-    bar = _Bar(len(points), f"{case.name}: sweep")
-    start = time.perf_counter()
-    with measurer(bar) as measure:
-        outcomes = measure([restricted.complete(c) for c in points])
-    bar.close()
-    run.sweep_s = time.perf_counter() - start
-    run.table = {space.key(c): o for c, o in zip(points, outcomes)}
+    saved = load_sweep(args.sweep, case.name, sizes, space) if args.sweep else None
+    if saved is not None:
+        run.table, run.sweep_s = saved
+    else:
+        bar = _Bar(len(points), f"{case.name}: sweep")
+        start = time.perf_counter()
+        with measurer(bar) as measure:
+            outcomes = measure([restricted.complete(c) for c in points])
+        bar.close()
+        run.sweep_s = time.perf_counter() - start
+        run.table = {space.key(c): o for c, o in zip(points, outcomes)}
 
     def featurize(config):
         return prepared.featurize(restricted.complete(config))
 
-    searches = {"sampler": (Sampler, args.budget), "random": (RandomSearch, 2 * args.budget)}
-    live = _Bar(len(args.seeds) * 3 * args.budget, f"{case.name}: live searches") \
+    searches = {f"{name}@{budget}": (search, budget)
+                for name, search in (("sampler", Sampler), ("random", RandomSearch))
+                for budget in args.budgets}
+    live = _Bar(len(args.seeds) * 2 * sum(args.budgets), f"{case.name}: live searches") \
         if args.live else None
     for name, (search, budget) in searches.items():
         run.picks[name], run.curves[name] = [], []
@@ -344,12 +355,43 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
     valid = sorted((k for k in run.table if run.sweep_time(k) is not None),
                    key=lambda k: run.sweep_time(k))
     run.top = valid[:args.top]
-    keys = list(dict.fromkeys([*run.top, run.default, *run.picks["sampler"],
-                               *run.picks["random"]]))
+    keys = list(dict.fromkeys([*run.top, run.default,
+                               *(k for picks in run.picks.values() for k in picks)]))
     run.times = remeasure(prepared, restricted, keys, args.rounds, case.name)
     run.summary = summarize(run.times, [*run.top, run.default], run.default,
-                            run.picks["sampler"], run.picks["random"])
+                            run.picks[f"sampler@{args.budget}"],
+                            run.picks[f"random@{2 * args.budget}"])
     return run
+
+
+def save_sweep(runs: list[KernelRun], path: Path) -> None:
+    """The sweeps' measurements as JSON (``--sweep`` replays them: searches and
+    re-measurement run again, the sweep does not)."""
+    data = {}
+    for run in runs:
+        if run.restricted is None or not run.table:
+            continue
+        space = run.restricted.space
+        data[run.case.name] = {
+            "sizes": run.sizes, "sweep_s": run.sweep_s,
+            "points": [{"config": space.from_key(k), "status": o.status, "time": o.time}
+                       for k, o in run.table.items()]}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def load_sweep(path: Path, name: str, sizes: Mapping[str, int], space) -> \
+        tuple[dict[Key, Any], float] | None:  # noqa: ANN001 - TuningSpace
+    """A saved sweep of ``name`` at ``sizes`` over exactly ``space``'s points, or None
+    (then the sweep is measured)."""
+    from polycomp.tuning.measure import Outcome
+
+    entry = json.loads(Path(path).read_text()).get(name)
+    if entry is None or entry["sizes"] != dict(sizes):
+        return None
+    table = {space.key(p["config"]): Outcome(p["status"], p["time"]) for p in entry["points"]}
+    if set(table) != {space.key(c) for c in space.points()}:
+        return None
+    return table, float(entry["sweep_s"])
 
 
 def remeasure(prepared, restricted: Restricted, keys: list[Key], rounds: int,
@@ -409,8 +451,9 @@ def header(args: argparse.Namespace) -> list[str]:
         f"- space (restricted, for an exhaustive sweep): the tile sizes of the main band's "
         f"{members} longest members among {', '.join(map(str, values))} (within the extent) "
         "plus the default's own value; every other knob at the default",
-        f"- searches: sampler with {args.budget} measurements, random search with "
-        f"{2 * args.budget}, seeds {', '.join(map(str, args.seeds))}; "
+        f"- searches: the sampler and random search, each with "
+        f"{', '.join(map(str, args.budgets))} measurements, seeds "
+        f"{', '.join(map(str, args.seeds))}; "
         + ("measured live" if args.live else "replaying the sweep's measurements"),
         f"- ground truth: the sweep's top {args.top} and the default re-measured with every "
         f"search's best in {args.rounds} interleaved rounds (minimum); ratios are re-measured "
@@ -426,7 +469,9 @@ def header(args: argparse.Namespace) -> list[str]:
 def markdown(runs: list[KernelRun], args: argparse.Namespace) -> str:
     lines = header(args)
     cols = ["kernel", "sizes", "points (valid)", "sweep", "default", "ground truth",
-            f"sampler@{args.budget} (mean / worst)", f"random@{2 * args.budget} (mean / worst)",
+            *(f"random@{b}" for b in args.budgets),
+            *(f"sampler@{b}" + (" (mean / worst)" if b == args.budget else "")
+              for b in args.budgets),
             "tuned / default (worst)", "within 10 %", "beats random", "never slower"]
     lines.append("| " + " | ".join(cols) + " |")
     lines.append("|" + "---|" * len(cols))
@@ -442,10 +487,15 @@ def markdown(runs: list[KernelRun], args: argparse.Namespace) -> str:
         lines.append("| " + " | ".join([
             run.case.name, sizes, f"{run.points} ({valid})", f"{run.sweep_s:.0f} s",
             fmt_ms(s.default), fmt_ms(s.ground_truth),
-            f"{s.sampler_mean:.3f} / {max(s.sampler):.3f}",
-            f"{s.random_mean:.3f} / {max(s.random):.3f}",
+            *(f"{run.mean_ratio(f'random@{b}'):.3f}" for b in args.budgets),
+            *(f"{s.sampler_mean:.3f} / {max(s.sampler):.3f}" if b == args.budget
+              else f"{run.mean_ratio(f'sampler@{b}'):.3f}" for b in args.budgets),
             f"{max(s.tuned_vs_default):.3f}",
             yes[s.within], yes[s.beats_random], yes[s.never_slower]]) + " |")
+    lines.append("")
+    lines.append("Each search column: the mean over seeds of its best's re-measured time over "
+                 "the ground truth's; the criteria compare sampler@"
+                 f"{args.budget} with random@{2 * args.budget}.")
     lines.append("")
     lines.append("Searched knobs per kernel (main band; the default's value included):")
     lines.append("")
@@ -477,7 +527,7 @@ def write_csv(runs: list[KernelRun], args: argparse.Namespace, path: Path) -> No
             row("default", "", run.default)
             for i, key in enumerate(run.top):
                 row(f"top{i + 1}", "", key)
-            for name in ("sampler", "random"):
+            for name in run.picks:
                 for seed, key, curve in zip(args.seeds, run.picks[name], run.curves[name]):
                     row(name, seed, key, curve)
 
@@ -504,7 +554,8 @@ def plot(runs: list[KernelRun], args: argparse.Namespace, path: Path) -> bool:
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
     for ax, run in zip(axes.flat, runs):
         best = min(t for t in (run.sweep_time(k) for k in run.table) if t is not None)
-        for name, style in (("sampler", "-"), ("random", "--")):
+        longest = max(args.budgets)
+        for name, style in ((f"sampler@{longest}", "-"), (f"random@{longest}", "--")):
             curve = mean_curve(run.curves[name], best)
             points = [(i + 1, v) for i, v in enumerate(curve) if math.isfinite(v)]
             if points:
@@ -518,7 +569,8 @@ def plot(runs: list[KernelRun], args: argparse.Namespace, path: Path) -> bool:
         if default is not None:
             ax.axhline(default / best, color="gray", linewidth=0.8, linestyle="-.",
                        label="default")
-        ax.axvline(args.budget, color="gray", linewidth=0.5)
+        for b in args.budgets[:-1]:
+            ax.axvline(b, color="gray", linewidth=0.5)
         ax.set_title(f"{run.case.name} ({run.points} points)")
         ax.set_xlabel("measurements")
         ax.set_ylabel("best so far / sweep's best")
@@ -561,6 +613,10 @@ def main(argv: list[str] | None = None) -> int:
                              "with --quick)")
     parser.add_argument("--rounds", type=int, default=None,
                         help=f"re-measurement rounds (default {ROUNDS}, 3 with --quick)")
+    parser.add_argument("--sweep", type=Path, default=None,
+                        help="replay the sweep saved in this JSON file (written by every run "
+                             "as tuning-sweep.json) for the kernels it holds at the same "
+                             "sizes and space, instead of measuring it again")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.kernels.split(",") if n.strip()]
@@ -575,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget < 1 or args.top < 1 or args.rounds < 1:
         parser.error("--budget, --top and --rounds must be at least 1")
     args.seeds = list(range(args.seeds))
+    args.budgets = (args.budget, 2 * args.budget, 4 * args.budget)
     args.time_budget = 0.02 if args.quick else TIME_BUDGET
 
     import polycomp
@@ -602,9 +659,11 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(runs, args)
     (args.out / f"{stem}.md").write_text(text)
     write_csv(runs, args, args.out / f"{stem}.csv")
+    save_sweep(runs, args.out / f"{stem}-sweep.json")
     plotted = plot(runs, args, args.out / f"{stem}.png")
     print(text)
-    print(f"wrote {args.out / (stem + '.md')}, {stem}.csv" + (f", {stem}.png" if plotted else ""))
+    print(f"wrote {args.out / (stem + '.md')}, {stem}.csv, {stem}-sweep.json"
+          + (f", {stem}.png" if plotted else ""))
     # the criteria are the table's to report; only a kernel that could not run fails
     return 0 if all(r.summary is not None for r in runs) else 1
 

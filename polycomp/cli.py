@@ -12,6 +12,8 @@
     polycomp tune FILE.tc|FILE.c --sizes M=512,N=256 [--entry NAME] [--trials N]
                              [--records DB] [--workers N] [--seed S] [--plot CURVE.png]
                              [--random]   (search the tiling; the best is recorded)
+    polycomp tune MODEL.onnx [--shape NAME=1,3,224,224 ...] [--budget N] [--records DB]
+                             (one budget over the model's kernels; latency before/after)
     polycomp demo
 
 A user mistake prints the error (location, caret, hint) and exits with status 1, without
@@ -21,7 +23,6 @@ a traceback; ``--debug`` shows the traceback too.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -31,7 +32,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import InternalError, OptionError, PolycompError, UnsupportedError
+from .errors import InternalError, OptionError, PolycompError
 from .options import SCHEDULERS, Options
 
 PARAMETRIC_TIME_LIMIT = 300.0  # seconds; --time-limit
@@ -285,19 +286,30 @@ member, unroll-and-jam, the SIMD loop and L2 tiles, proposed by a cost model fro
 configurations measured so far. Each configuration is compiled, checked against the
 default's outputs and timed in a child process; a failing or hanging one is recorded and
 skipped. Every trial goes to the records (--records), and later compiles of this kernel
-at these sizes on this machine apply the best one."""
+at these sizes on this machine apply the best one.
+
+For an .onnx model, one budget of measurements (--budget, default 200) is shared by the
+model's kernels, each measurement going to the kernel with the largest expected gain of
+model latency (polycomp/tuning/model.py); the model's latency is reported before and
+after, and later sessions of the model (tuning="records", the default) use the records."""
 
 
 def _tune_parser(sub) -> None:  # noqa: ANN001 - argparse's private subparsers action
     p = sub.add_parser("tune", help="search the tiling of a kernel at fixed sizes and "
                                     "record the best", description=TUNE_DESCRIPTION)
-    p.add_argument("file", help="a .tc (Tensor Comprehensions) or .c (affine loop nest) file")
+    p.add_argument("file", help="a .tc (Tensor Comprehensions) or .c (affine loop nest) "
+                                "file, or an .onnx model")
     p.add_argument("--entry", help="which def (or C function) to tune, if the file has several")
     p.add_argument("--sizes", default="", help="the sizes to tune for, as NAME=VALUE,NAME=VALUE "
-                                               "(required: a tuning holds for one size set)")
-    p.add_argument("--trials", type=int, default=64, metavar="N",
-                   help="configurations to measure, the default (the analytical choice) "
-                        "first (default 64)")
+                                               "(required: a tuning holds for one size set; "
+                                               "for a model: its symbolic dimensions)")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                   help=".onnx models: the shape of input NAME to tune for (repeat for each "
+                        "input); a symbolic dimension without --shape or --sizes is 1")
+    p.add_argument("--trials", "--budget", dest="trials", type=int, default=None, metavar="N",
+                   help="configurations to measure, each kernel's default (the analytical "
+                        "choice) first (default 64 for a kernel, 200 for a model's kernels "
+                        "together)")
     p.add_argument("--records", metavar="DB",
                    help="the sqlite records to seed the search from and store every trial "
                         "in (default $POLYCOMP_CACHE_DIR/tuning.sqlite, the one compile reads)")
@@ -332,11 +344,8 @@ def _tune(args: argparse.Namespace) -> int:
     from .runtime import Kernel
     from .tuning.api import tune
 
-    if is_onnx(args.file):
-        raise UnsupportedError(
-            "whole-model tuning is not supported yet",
-            hint="tune one operator of the model as a TC kernel (polycomp tune op.tc "
-                 "--sizes ...); a tuning budget shared by a whole model's kernels comes later")
+    if args.trials is None:
+        args.trials = 200 if is_onnx(args.file) else 64
     for flag, value in (("--trials", args.trials), ("--workers", args.workers)):
         if value < 1:
             raise OptionError(f"{flag} must be at least 1, not {value}",
@@ -346,6 +355,10 @@ def _tune(args: argparse.Namespace) -> int:
                           hint="e.g. --time-budget 0.2 (seconds)")
     if args.plot:
         _check_plot(args.plot)  # before the search, not after it
+    if is_onnx(args.file):
+        return _tune_onnx(args)
+    if args.shape:
+        raise OptionError("--shape is for .onnx models", hint="give sizes with --sizes M=512")
     definition = load_definition(args.file, args.entry, args.include, args.define)
     sizes = parse_sizes(args.sizes)
     if not sizes and getattr(definition, "whole", None):
@@ -395,6 +408,64 @@ def _tune(args: argparse.Namespace) -> int:
                     f"tuning {definition.name} ({shown})")
         print(f"plot: {args.plot}")
     return 0 if result.best_config is not None and math.isfinite(result.best_time) else 1
+
+
+def _tune_onnx(args: argparse.Namespace) -> int:
+    from .onnx import InferenceSession
+    from .tuning.model import tune_model
+
+    for flag, given in (("--entry", args.entry), ("-I", args.include), ("-D", args.define),
+                        ("--random", args.random), ("--time-budget", args.time_budget)):
+        if given:
+            raise OptionError(f"{flag} is not an option for tuning an .onnx model",
+                              hint="a model is tuned per set of input shapes (--shape) "
+                                   "with one budget (--budget)")
+    records = _open_records(args.records)
+    options = {"scheduler": args.scheduler or Options.scheduler, "records": str(records.path)}
+    # the shapes from --shape/--sizes need the model's inputs: this untuned session is
+    # the one tune_model compiles first (the model cache serves it the second time)
+    shapes = onnx_input_shapes(InferenceSession(args.file, **options, tuning="none"), args)
+    del options["records"]
+    bar = TuneProgress(args.trials, "model-wide")
+    executor = worker_pool(args.workers)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+    try:
+        result = tune_model(args.file, shapes, args.trials, executor, records.path,
+                            seed=args.seed, progress=lambda _, outcome: bar(outcome),
+                            log=log, **options)
+    finally:
+        bar.close()
+        executor.shutdown(wait=True, cancel_futures=True)
+    print(format_model_tuning(args.file, shapes, result))
+    if args.plot:
+        title = f"tuning {os.path.basename(args.file)}: estimated model latency"
+        plot_tuning(args.plot, {"estimated model latency (profile)": result.curve},
+                    result.profiled, title)
+        print(f"plot: {args.plot}")
+    return 0 if result.outputs_match else 1
+
+
+def format_model_tuning(path: str, shapes: dict, result) -> str:  # noqa: ANN001
+    """The model-wide tuning's report: a row per kernel, the latency before and after."""
+    shown = " ".join(f"{_shown(k)}={','.join(map(str, v))}" for k, v in shapes.items())
+    lines = [f"{os.path.basename(path)} at {shown}: {result.used} of {result.budget} "
+             f"measurements over {len(result.tasks)} kernels (records: {result.records})",
+             f"  {'kernel':8} {'runs':>4} {'share':>6} {'trials':>6} {'default':>11} "
+             f"{'best':>11} {'speedup':>7}  nodes"]
+    for t in result.tasks:
+        share = t.seconds / result.profiled if result.profiled else 0.0
+        speedup = f"{t.speedup:.2f}x" if t.speedup else "-"
+        nodes = t.nodes if len(t.nodes) <= 60 else t.nodes[:57] + "..."
+        lines.append(f"  {_shown(t.kernel):8} {t.runs:>4} {share:>6.1%} {t.trials:>6} "
+                     f"{_ms(t.default_time):>11} {_ms(t.best_time):>11} {speedup:>7}  "
+                     f"{_printable(nodes)}")
+    check = "outputs match the untuned model's" if result.outputs_match else \
+        f"OUTPUTS DIFFER from the untuned model's: {result.mismatch}"
+    lines.append(f"  model latency: before {_ms(result.before)}, after {_ms(result.after)} "
+                 f"({result.speedup:.2f}x; minimum of interleaved runs); {check}")
+    return "\n".join(lines)
 
 
 def worker_pool(workers: int):
@@ -521,11 +592,14 @@ def format_tuning(args: argparse.Namespace, definition, sizes: dict, result, bas
         lines.append("  best     none: no configuration ran correctly")
         return "\n".join(lines)
     at = next((t.index + 1 for t in result.trials
-               if t.ok and t.time == result.best_time), len(result.trials))
+               if t.ok and t.config == result.best_config), len(result.trials))
     speedup = result.speedup
     lines.append(f"  best     {_ms(result.best_time):>12}   "
                  + (f"{speedup:.2f}x the default's speed" if speedup else "the default failed")
                  + f" (found at measurement {at})")
+    if result.confirmed:
+        lines.append(f"  (default and best: the default and the best {len(result.confirmed) - 1} "
+                     "re-measured side by side, minimum of interleaved rounds)")
     if baseline is not None:
         found = baseline.best_config is not None
         ratio = baseline.best_time / result.best_time if found else float("inf")
@@ -637,6 +711,11 @@ def onnx_input_shapes(session, args: argparse.Namespace) -> dict[str, tuple[int,
             shapes[name] = tuple(d if isinstance(d, int) else
                                  sizes.get(d, 1) if isinstance(d, str) else 1 for d in declared)
     return shapes
+
+
+def _printable(text: str) -> str:
+    """``text`` with every unprintable character escaped (names from a model)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _shown(name: str) -> str:

@@ -11,6 +11,7 @@ This module is also the one place where isl's global context options are set
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -74,7 +75,9 @@ class Options:
                 What polycomp.tune finds; bands and members not named keep the model's.
     tuning      "records": apply the best tuning record of this kernel at these sizes on
                 this machine, if there is one and ``band_config`` is empty (compile,
-                compile_loops, compile_program); "none": never.
+                compile_loops, compile_program, ONNX sessions); "none": never.
+    records     the tuning records' sqlite file (polycomp/tuning/records.py) that
+                ``tuning="records"`` reads; None: ``tuning.sqlite`` in the cache folder.
     cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
     cache       reuse compiled libraries from the on-disk cache.
     """
@@ -99,6 +102,7 @@ class Options:
     unroll: int = 4
     band_config: tuple[tuple[str, int], ...] = ()
     tuning: str = "records"
+    records: str | None = None
     cc: str | None = None
     cflags: tuple[str, ...] | None = None
     cache: bool = True
@@ -109,6 +113,9 @@ class Options:
         _check_choice("fusion", self.fusion, FUSIONS)
         _check_choice("tuning", self.tuning, TUNINGS)
         _check_band_config(self.band_config)
+        if self.records is not None and not isinstance(self.records, str):
+            raise OptionError(f"option 'records' must be a path (a string), not "
+                              f"{self.records!r}", hint="e.g. records='tuning.sqlite'")
         for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
                      "vectorize", "expand_scalars", "block_channels", "exact_fp"):
             if not isinstance(getattr(self, name), bool):
@@ -165,6 +172,8 @@ class Options:
                 kwargs[name] = tuple(kwargs[name])  # type: ignore[arg-type]
         if "band_config" in kwargs:
             kwargs["band_config"] = _normalise_band_config(kwargs["band_config"])
+        if isinstance(kwargs.get("records"), os.PathLike):
+            kwargs["records"] = os.fspath(kwargs["records"])  # type: ignore[call-overload]
         if isinstance(kwargs.get("partition"), (list, tuple)):
             kwargs["partition"] = tuple(tuple(g) if isinstance(g, (list, tuple)) else g
                                         for g in kwargs["partition"])  # type: ignore[union-attr]

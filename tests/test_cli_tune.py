@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
 import importlib.util
 import math
 import os
@@ -62,7 +63,8 @@ def test_tune_a_tiny_matmul_from_the_command_line(tc_file, tmp_path, capsys):
     config = _printed_config(out)
     # every trial stored, and the printed configuration is the best record
     records = Records(db)
-    assert records.count() == 4
+    remeasured = int(re.search(r"the default and the best (\d+) re-measured", out).group(1))
+    assert records.count() == 4 + 1 + remeasured  # the trials, the re-measurement's
     program = polycomp.compile(MATMUL).definition.lower(SIZES)
     from polycomp.tuning.signature import kernel_signature, kernel_sizes
     assert records.best(kernel_signature(program), kernel_sizes(program)).config == config
@@ -84,7 +86,9 @@ def test_random_baseline_and_the_curve_plot(tc_file, tmp_path, capsys):
     assert re.search(r"random\s+[\d.e+-]+ ms\s+best of 3 random", out), out
     assert f"plot: {png}" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
-    assert Records(db).count() == 3  # the random search stores nothing
+    remeasured = int(re.search(r"the default and the best (\d+) re-measured", out).group(1))
+    # the model-guided search's trials and re-measurement; the random search stores nothing
+    assert Records(db).count() == 3 + 1 + remeasured
 
 
 def test_plot_without_matplotlib_says_so_before_tuning(tc_file, tmp_path, capsys, monkeypatch):
@@ -114,7 +118,7 @@ def test_models_and_bad_files_are_refused(tmp_path, capsys):
     model.write_bytes(b"not even a model")
     assert main(["tune", str(model), "--sizes", "N=1"]) == 1
     err = capsys.readouterr().err
-    assert "whole-model tuning is not supported yet" in err and "hint:" in err
+    assert "is not an ONNX model" in err and "hint:" in err
     assert "Traceback" not in err
     broken = tmp_path / "bad.tc"
     broken.write_text("def f(float(N) A) -> (B) {\n  B(i) = A(i) +* 2\n}\n")
@@ -205,12 +209,26 @@ def test_the_benchmark_quick_mode_end_to_end(tmp_path):
     assert "| gemm-gelu | M=16, K=32, N=48 |" in text and "restricted" in text
     rows = list(csv.DictReader(open(tmp_path / "tuning-quick.csv")))
     roles = [r["role"] for r in rows]
-    assert roles[0] == "default" and "top1" in roles and {"sampler", "random"} <= set(roles)
+    searches = {f"{name}@{budget}" for name in ("sampler", "random") for budget in (4, 8, 16)}
+    assert roles[0] == "default" and "top1" in roles and searches <= set(roles)
     for r in rows:
         assert float(r["remeasured_s"]) > 0
-        if r["role"] not in ("sampler", "random"):  # the ground truth is the best of these
+        if r["role"] not in searches:  # the ground truth is the best of these
             assert float(r["over_ground_truth"]) >= 1.0
-    sampler = next(r for r in rows if r["role"] == "sampler")
-    assert len(sampler["curve_s"].split(";")) == 4  # --quick: a budget of 4
+    for budget in (4, 8, 16):  # --quick: budgets of 4, 8 and 16 (at most the 9 points)
+        sampler = next(r for r in rows if r["role"] == f"sampler@{budget}")
+        assert len(sampler["curve_s"].split(";")) == min(budget, 9)
+    assert "| sampler@8 | sampler@16 |" in text
+    # the sweep is saved, and --sweep replays it instead of measuring again
+    sweep = json.loads((tmp_path / "tuning-quick-sweep.json").read_text())
+    assert len(sweep["gemm-gelu"]["points"]) == 9
+    again = subprocess.run([sys.executable, "-m", "benchmarks.tuning", "--quick", "--kernels",
+                            "gemm-gelu", "--seeds", "1", "--out", str(tmp_path / "again"),
+                            "--sweep", str(tmp_path / "tuning-quick-sweep.json")],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "gemm-gelu: sweep" not in again.stderr
+    assert f"| {sweep['gemm-gelu']['sweep_s']:.0f} s |" in (
+        tmp_path / "again" / "tuning-quick.md").read_text()
     if HAS_MATPLOTLIB:
         assert (tmp_path / "tuning-quick.png").stat().st_size > 5000

@@ -150,8 +150,16 @@ def test_tune_a_tiny_matmul_and_apply_the_records(tmp_path, monkeypatch):
     tuned = polycomp.compile(MATMUL, sizes=SMALL, **result.best_options)
     np.testing.assert_allclose(tuned(A, B), A @ B, rtol=1e-4, atol=1e-4)
 
+    # the winner was declared by re-measuring the best few with the default side by side
+    confirmed = [c for c, _ in result.confirmed]
+    assert confirmed[0] == result.default_config and result.best_config in confirmed
+    assert 2 <= len(confirmed) <= 1 + api.CONFIRM_TOP
+    assert result.best_time == dict((tuple(sorted(c.items())), t) for c, t in
+                                    result.confirmed)[tuple(sorted(result.best_config.items()))]
+    assert result.best_time <= result.default_time
+
     db = Records(tmp_path / "tuning.sqlite")
-    assert db.count() == 5
+    assert db.count() == 5 + len(confirmed)
     # compile applies the best record by default, not with tuning="none"
     applied = polycomp.compile(MATMUL)
     np.testing.assert_allclose(applied(A, B), A @ B, rtol=1e-4, atol=1e-4)
@@ -169,7 +177,7 @@ def test_tune_a_tiny_matmul_and_apply_the_records(tmp_path, monkeypatch):
     seeded = space.project(result.best_config)
     if space.key(seeded) != space.key(space.default):
         assert again.trials[1].source == "seed" and again.trials[1].config == seeded
-    assert db.count() == 7
+    assert db.count() == 5 + len(confirmed) + 2 + len(again.confirmed)
 
 
 def _model_like(config) -> bool:

@@ -55,9 +55,10 @@ def was_checked(digest: str) -> bool:
 
 
 def model_key(digest: str, shapes: Mapping[str, tuple[int, ...]],
-              fixed: Mapping[str, np.ndarray], options: Options) -> str:
+              fixed: Mapping[str, np.ndarray], options: Options, records: str = "") -> str:
+    """``records``: the tuning records' stamp (Records.stamp) when they apply."""
     parts = [str(FORMAT), code_identity(), digest, repr(options),
-             repr(sorted((k, tuple(v)) for k, v in shapes.items()))]
+             repr(sorted((k, tuple(v)) for k, v in shapes.items())), records]
     for name in sorted(fixed):
         value = np.asarray(fixed[name])
         parts.append(f"{name}|{value.dtype}|{value.shape}|{value.tobytes().hex()}")

@@ -114,7 +114,15 @@ _KERNELS_LOCK = threading.Lock()
 
 
 def group_kernel(step: GroupStep, options: Options) -> Kernel:
+    """The step's Kernel (shared with identical groups), compiled with the best tuning
+    record of its Program when ``options.tuning`` is "records" and there is one
+    (polycomp tune model.onnx writes them: polycomp/tuning/model.py)."""
     assert step.program is not None
+    if options.tuning == "records" and not options.band_config:
+        from polycomp.tuning.api import best_record
+        record = best_record(step.program, options)
+        if record is not None:
+            options = options.with_(band_config=record.config)
     # the signature names every array, dtype and expression tree (format_program leaves
     # the dtypes of literals out); prepacking changes the inputs, so it is part of it
     signature = step.signature + (f"\nprepacked from {step.prepacked}" if step.prepacked else "")
@@ -321,7 +329,8 @@ class InferenceSession:
         start = time.perf_counter()
         key = None
         if self.options.cache:
-            key = model_cache.model_key(self._model.digest, shapes, fixed, self.options)
+            key = model_cache.model_key(self._model.digest, shapes, fixed, self.options,
+                                        _records_stamp(self.options))
             hit = model_cache.load(key, self.options)
             if hit is not None:
                 hit.library.bind(hit.constants)
@@ -381,6 +390,20 @@ class InferenceSession:
             if node is not None:
                 stack.extend(node.input)
         return found
+
+
+def _records_stamp(options: Options) -> str:
+    """What the tuning records the kernels would be compiled with look like now (a
+    cached model compiled before a tuning run must not serve after it)."""
+    if options.tuning != "records":
+        return ""
+    from polycomp.tuning.records import Records, default_path
+
+    path = options.records or default_path()
+    try:
+        return Records.stamp(path)
+    except Exception:  # an unreadable database: compiled without it (best_record warns)
+        return "unreadable"
 
 
 # an input of at most this many elements may be compiled in by value (an axes list, a

@@ -70,8 +70,10 @@ def runtime_input_infos(model) -> list:
     return [i for i in model.graph.input if i.name not in init]
 
 
-def random_inputs(model, seed: int = 0, symbolic: int = 1) -> dict[str, np.ndarray]:
-    """A random feed for the model's runtime inputs (symbolic dimensions = ``symbolic``)."""
+def random_inputs(model, seed: int = 0, symbolic: int = 1,
+                  shapes: dict | None = None) -> dict[str, np.ndarray]:
+    """A random feed for the model's runtime inputs (symbolic dimensions = ``symbolic``;
+    ``shapes``: input name -> shape, for the inputs it names)."""
     from polycomp.frontend.onnx.graph import ELEM_DTYPES
     rng = np.random.default_rng(seed)
     feed = {}
@@ -80,6 +82,8 @@ def random_inputs(model, seed: int = 0, symbolic: int = 1) -> dict[str, np.ndarr
         # a symbolic extent, or an exporter's -1, takes ``symbolic``
         shape = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else symbolic
                  for d in t.shape.dim]
+        if shapes and info.name in shapes:
+            shape = list(shapes[info.name])
         dtype = ELEM_DTYPES[t.elem_type]
         if dtype.startswith("float"):
             feed[info.name] = rng.standard_normal(shape).astype(dtype)

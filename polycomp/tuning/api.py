@@ -49,16 +49,22 @@ from .measure import Measurer, time_callable
 from .records import Record, Records, default_path
 from .sampler import RandomSearch, Sampler, TuneResult
 from .signature import kernel_signature, kernel_sizes
-from .space import UNROLL_FACTORS, BandInfo, Featurizer, TuningSpace, min_parallel_tiles
+from .space import UNROLL_FACTORS, BandInfo, Config, Featurizer, TuningSpace, min_parallel_tiles
 
 # seconds of timed calls per configuration (the minimum of them counts)
 TIME_BUDGET = 0.2
+# the re-measurement before a winner is declared (confirm): the search's best few and the
+# default, in interleaved rounds; a candidate replaces the default only when it is faster
+# by more than the margin (a tie keeps the analytical choice)
+CONFIRM_TOP = 3
+CONFIRM_ROUNDS = 5
+CONFIRM_MARGIN = 0.01
 # relative tolerance of the output check by element type (reductions reorder with the
 # tile sizes: float results differ in their last bits); the absolute one is this times
 # the largest magnitude of the reference
 TOLERANCE = {"float16": 1e-2, "bfloat16": 3e-2, "float32": 1e-3, "float64": 1e-9}
 # options that are the tuner's own, never passed on in best_options
-_TUNER_FIELDS = ("band_config", "tuning")
+_TUNER_FIELDS = ("band_config", "tuning", "records")
 
 
 # ----------------------------------------------------------------------------- trials
@@ -150,6 +156,29 @@ def measure_trial(config: Mapping[str, int], spec: TrialSpec) -> tuple[float, tu
     outputs = run_outputs(kernel, args)
     seconds = time_callable(lambda: kernel(*args), budget=spec.time_budget, warmup=0)
     return seconds, outputs
+
+
+def confirm_candidates(spec: TrialSpec, configs: Sequence[Mapping[str, int]],
+                       rounds: int = None) -> list[float]:  # type: ignore[assignment]
+    """Seconds per configuration, re-measured side by side (in a measuring child):
+    every kernel compiled and warmed up first, then ``rounds`` rounds in which each
+    takes a turn (the order rotating, so none is always first or last) of an untimed
+    call and timed calls for a share of the time budget; the minimum over the rounds
+    counts. Turns of the candidates interleave, so a drift of the machine's speed
+    touches them all alike, which one measurement after another does not."""
+    rounds = CONFIRM_ROUNDS if rounds is None else rounds
+    args = spec.arguments()
+    calls = []
+    for config in configs:
+        kernel = spec.kernel(config)
+        kernel.specialize(spec.sizes)
+        calls.append(lambda k=kernel: k(*args))
+    best = [math.inf] * len(calls)
+    turn = spec.time_budget / rounds * 2  # each configuration gets about 2 budgets
+    for r in range(rounds):
+        for i in [(r + j) % len(calls) for j in range(len(calls))]:
+            best[i] = min(best[i], time_callable(calls[i], budget=turn, min_repeats=1))
+    return best
 
 
 # ----------------------------------------------------------------------------- the space
@@ -347,7 +376,7 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
          time_budget: float = TIME_BUDGET, batch_size: int = 8, patience: int | None = None,
          rtol: float | None = None, atol: float | None = None,
          measure: Any = None, search: str = "model", progress: Any = None,
-         **options: object) -> TuneResult:
+         confirm: bool = True, **options: object) -> TuneResult:
     """Search the tiling configurations of a kernel at ``sizes`` (module doc).
 
     source_or_kernel  a TC source (``entry`` picks the def), a Kernel (compile_loops'
@@ -364,6 +393,9 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
     search            "model" (the model-guided Sampler) or "random" (RandomSearch, the
                       baseline: the default, the records' seeds, then random points)
     progress          called with each trial's measure.Outcome as it comes back
+    confirm           re-measure the best few and the default side by side before
+                      declaring the winner (confirm_result); best_time and default_time
+                      are then the re-measured seconds
     options           Options fields for every trial (as compile takes them)
 
     Returns the sampler's TuneResult with ``best_options``: keywords for
@@ -379,7 +411,7 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
                        time_budget=time_budget, rtol=rtol, atol=atol, **options)
     spec, space = prepared.spec, prepared.space
 
-    db = _records(records)
+    db = _records(prepared.options.records if records is None else records)
     signature = record_signature(spec.definition.program, prepared.options)
     size_key = kernel_sizes(spec.definition.program)
     seeds = []
@@ -394,11 +426,50 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
         result = SEARCHES[search](space, prepared.featurize, measurer, budget=trials,
                                   batch_size=min(batch_size, trials), seed=seed,
                                   patience=patience, seeds=seeds).run()
+        if confirm and measure is None:  # a caller's own measure times something else
+            result = confirm_result(result, measurer, spec, space)
     if db is not None:
         db.add_result(signature, size_key, result)
     result.best_options = dict(spec.options)
     if result.best_config is not None:
         result.best_options["band_config"] = dict(result.best_config)
+    return result
+
+
+def confirm_result(result: TuneResult, measurer: Measurer, spec: TrialSpec,
+                   space: TuningSpace, top: int = CONFIRM_TOP,
+                   margin: float = CONFIRM_MARGIN) -> TuneResult:
+    """``result`` with its winner declared by a re-measurement (confirm_candidates,
+    in a child through ``measurer``'s executor) of the default and the ``top`` fastest
+    distinct valid trials: the fastest of them, unless it beats the default by no more
+    than ``margin`` (then the default). When the re-measurement itself fails, the
+    search's best stands (every trial of it was checked already)."""
+    valid = sorted((t for t in result.trials if t.ok), key=lambda t: t.time)
+    candidates: dict[tuple[int, ...], Config] = {}
+    default_ok = result.default_time is not None
+    if default_ok:
+        candidates[space.key(result.default_config)] = dict(result.default_config)
+    for trial in valid:
+        if len(candidates) >= top + default_ok:
+            break
+        candidates.setdefault(space.key(trial.config), dict(trial.config))
+    if len(candidates) < 2:
+        return result
+    configs = list(candidates.values())
+    outcome = measurer.call(confirm_candidates, spec, configs,
+                            timeout=measurer.timeout * len(configs))
+    if not outcome.ok:
+        warnings.warn(f"tune: re-measuring the best candidates failed ({outcome.status}: "
+                      f"{outcome.detail}); the search's best stands", stacklevel=3)
+        return result
+    times = [float(t) for t in outcome.value]
+    i = int(np.argmin(times))
+    if default_ok and i != 0 and times[i] > times[0] * (1.0 - margin):
+        i = 0
+    result.confirmed = list(zip(configs, times))
+    result.best_config, result.best_time = configs[i], times[i]
+    if default_ok:
+        result.default_time = times[0]
     return result
 
 
@@ -452,6 +523,8 @@ def best_record(program: Program, options: Options | None = None,
     read)."""
     if program.params:
         return None
+    if path is None and options is not None and options.records:
+        path = options.records
     path = default_path() if path is None else Path(path)
     if not path.is_file():
         return None

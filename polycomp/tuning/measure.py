@@ -57,6 +57,7 @@ class Outcome:
     status: str
     time: float | None = None
     detail: str = ""
+    value: Any = None  # what a raw call (Measurer.call) returned
 
     @property
     def ok(self) -> bool:
@@ -76,6 +77,7 @@ class Task:
     timeout: float = 60.0
     isolation: str = "auto"  # "fork", "subprocess" or "auto" (fork when safe)
     sys_path: tuple[str, ...] = ()
+    raw: bool = False  # fn(*args)'s value comes back as Outcome.value, unchecked
 
 
 # ----------------------------------------------------------------------------- in the child
@@ -83,6 +85,8 @@ class Task:
 def _evaluate(task: Task) -> Outcome:
     """Run the measurement and check its output (in the child process)."""
     try:
+        if task.raw:
+            return Outcome("valid", None, "", task.fn(*task.args))
         result = task.fn(dict(task.config), *task.args)
     except BaseException as exc:  # noqa: BLE001 - every failure is an outcome
         return Outcome("invalid", None, _summary(exc))
@@ -290,8 +294,22 @@ class Measurer:
 
     def __call__(self, configs: Sequence[Mapping[str, int]]) -> list[Outcome]:
         futures = [self.executor.submit(run_isolated, self.task(c)) for c in configs]
+        return self._collect(futures, self.timeout, self.on_outcome)
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Outcome:
+        """``fn(*args)`` run isolated like a measurement (a child process through the
+        executor): a valid Outcome whose ``value`` is what it returned, or the failure.
+        For measurements that are not one configuration's (the tuner's interleaved
+        re-measurement of its best candidates)."""
+        timeout = self.timeout if timeout is None else timeout
+        task = Task(fn, {}, tuple(args), None, self.rtol, self.atol, timeout, self.isolation,
+                    tuple(p for p in sys.path if p), raw=True)
+        return self._collect([self.executor.submit(run_isolated, task)], timeout, None)[0]
+
+    def _collect(self, futures: list, timeout: float,
+                 on_outcome: Callable[[Outcome], None] | None) -> list[Outcome]:
         # one deadline for the batch: the tasks may queue behind each other
-        deadline = time.monotonic() + EXECUTOR_SLACK + self.timeout * len(futures)
+        deadline = time.monotonic() + EXECUTOR_SLACK + timeout * len(futures)
         out = []
         for future in futures:
             try:
@@ -303,8 +321,8 @@ class Measurer:
                 out.append(Outcome("crash", None, f"executor: {_summary(exc)}"))
                 if isinstance(exc, cf.BrokenExecutor) and self._own:
                     self._executor = None  # a fresh pool for the next batch
-            if self.on_outcome is not None:
-                self.on_outcome(out[-1])
+            if on_outcome is not None:
+                on_outcome(out[-1])
         return out
 
     def close(self) -> None:

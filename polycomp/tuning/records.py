@@ -48,6 +48,10 @@ CREATE TABLE IF NOT EXISTS trials (
 CREATE INDEX IF NOT EXISTS trials_key ON trials (signature, machine, compiler, sizes);
 """
 BUSY_TIMEOUT = 60.0  # seconds a writer waits for another's transaction
+# the sources of the records of the tuner's re-measurement (api.confirm_result): its
+# winner, and the candidates it beat
+CONFIRMED = "confirmed"
+REMEASURED = "remeasured"
 
 
 def _dumps(value: Any) -> str:
@@ -167,9 +171,14 @@ class Records:
             return db.total_changes - before
 
     def add_result(self, signature: str, sizes: Sequence[int], result: Any) -> int:
-        """Every trial of a sampler.TuneResult."""
-        return self.add_many(self.record(signature, sizes, t.config, t.status, t.time,
-                                         t.detail, t.source) for t in result.trials)
+        """Every trial of a sampler.TuneResult, and its re-measured candidates: the
+        winner as CONFIRMED (what ``best`` prefers), the others as REMEASURED."""
+        rows = [self.record(signature, sizes, t.config, t.status, t.time, t.detail, t.source)
+                for t in result.trials]
+        rows += [self.record(signature, sizes, config, "valid", seconds, "",
+                             CONFIRMED if config == result.best_config else REMEASURED)
+                 for config, seconds in getattr(result, "confirmed", ())]
+        return self.add_many(rows)
 
     # ------------------------------------------------------------------ reading
     def _rows(self, where: str, args: Sequence[Any], all_machines: bool = False) -> list[Record]:
@@ -192,8 +201,13 @@ class Records:
         return self._rows("signature = ? AND sizes = ?", [signature, _dumps(list(sizes))])
 
     def best(self, signature: str, sizes: Sequence[int]) -> Record | None:
-        """The fastest valid record of this kernel at these sizes on this machine."""
+        """The fastest valid record of this kernel at these sizes on this machine;
+        among the winners of re-measurements (source CONFIRMED) when there are any: a
+        search's single measurements crown the luckiest, a side-by-side re-measurement
+        the fastest."""
         valid = [r for r in self.trials(signature, sizes) if r.status == "valid"]
+        confirmed = [r for r in valid if r.source == CONFIRMED]
+        valid = confirmed or valid
         return min(valid, key=lambda r: (r.time, r.created)) if valid else None
 
     def nearest(self, signature: str, sizes: Sequence[int]) -> Record | None:
@@ -210,6 +224,21 @@ class Records:
             return None
         return min(by_sizes.values(),
                    key=lambda r: (log_distance(r.sizes, here), r.sizes))
+
+    @staticmethod
+    def stamp(path: str | Path) -> str:
+        """A text that changes whenever a record is added to the database at ``path``
+        ('' when there is none), read without creating it: for cache keys of what was
+        compiled with the records."""
+        path = Path(path)
+        if not path.is_file():
+            return ""
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT)
+        try:
+            count, last = db.execute("SELECT COUNT(*), MAX(created) FROM trials").fetchone()
+        finally:
+            db.close()
+        return f"{path}|{count}|{last!r}"
 
     def count(self) -> int:
         with self._connect() as db:

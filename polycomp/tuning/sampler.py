@@ -74,6 +74,10 @@ class TuneResult:
     # polycomp.tune: the compile keywords of the best configuration (the options tuned
     # with, and band_config when some trial was valid)
     best_options: dict[str, Any] = field(default_factory=dict)
+    # polycomp.tune: the search's best candidates and the default re-measured in
+    # interleaved rounds (api.confirm), (configuration, seconds) each; best_time and
+    # default_time are then these seconds, the curve keeps the search's
+    confirmed: list[tuple[Config, float]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -112,38 +116,59 @@ class _Search:
         self.best: Trial | None = None
         self.since_gain = 0
         self.round = 0
+        self.stopped = ""  # why the search ended (budget, patience, exhausted)
+        # round 1: the default, the seeds and random points up to this many
+        self.first_batch = batch_size
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> TuneResult:
-        first = [(self.space.default, "default")]
-        first += [(s, "seed") for s in self.seeds]
-        stopped = "budget"
-        batch = self._unique(first)
-        while True:
-            room = self.budget - len(self.trials)
-            if self.round == 0:
-                batch += self._random(max(0, min(self.batch_size, room) - len(batch)),
-                                      avoid={self.space.key(c) for c, _ in batch})
-            batch = batch[:room]
-            if not batch:
-                stopped = "exhausted" if room > 0 else "budget"
-                break
-            self._measure(batch)
-            self.round += 1
+        """Measure batch after batch until a stopping rule holds; the result."""
+        while self.step():
+            pass
+        return self.result()
+
+    def step(self, limit: int | None = None) -> int:
+        """Measure the next batch (at most ``limit`` configurations): how many were
+        measured, 0 once the search has stopped (``stopped`` says why). A caller sharing
+        one budget among searches (tuning/model.py) advances each by steps."""
+        if self.stopped:
+            return 0
+        room = self.budget - len(self.trials)
+        if limit is not None:
+            room = min(room, max(0, limit))
+        if room <= 0:
             if len(self.trials) >= self.budget:
-                stopped = "budget"
-                break
-            if self.patience is not None and self.since_gain >= self.patience:
-                stopped = "patience"
-                break
-            batch = self._propose(min(self.batch_size, self.budget - len(self.trials)))
-        default = self.trials[0]
+                self.stopped = "budget"
+            return 0
+        batch = self._next_batch(room)[:room]
+        if not batch:
+            self.stopped = "exhausted"
+            return 0
+        self._measure(batch)
+        self.round += 1
+        if len(self.trials) >= self.budget:
+            self.stopped = "budget"
+        elif self.patience is not None and self.since_gain >= self.patience:
+            self.stopped = "patience"
+        return len(batch)
+
+    def result(self) -> TuneResult:
+        """The search so far: its best, the default's time, the curve and the trials."""
+        default = self.trials[0] if self.trials else None
         return TuneResult(
             best_config=dict(self.best.config) if self.best else None,
             best_time=self.best.time if self.best else math.inf,
-            default_config=dict(default.config),
-            default_time=default.time if default.ok else None,
-            curve=list(self.curve), trials=list(self.trials), stopped=stopped)
+            default_config=dict(default.config if default else self.space.default),
+            default_time=default.time if default is not None and default.ok else None,
+            curve=list(self.curve), trials=list(self.trials), stopped=self.stopped)
+
+    def _next_batch(self, room: int) -> list[tuple[Config, str]]:
+        if self.round == 0:
+            first = [(self.space.default, "default")] + [(s, "seed") for s in self.seeds]
+            batch = self._unique(first)
+            return batch + self._random(max(0, min(self.first_batch, room) - len(batch)),
+                                        avoid={self.space.key(c) for c, _ in batch})
+        return self._propose(min(self.batch_size, room))
 
     def _propose(self, n: int) -> list[tuple[Config, str]]:
         return self._random(n)
