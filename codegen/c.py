@@ -8,14 +8,14 @@ with one entry function
 that returns 0, or 1 when a data-dependent index (a gather) fell outside its array (the
 read is then skipped), 2 after an integer division by zero, 3 when a scratch array could
 not be allocated. Arrays are row-major; statement bodies are printed inline with
-the AST's iterator expressions substituted for the statement iterators. A loop under an
-``omp_parallel`` mark gets ``#pragma omp parallel for``; its body, when it holds loops, is
+the AST's iterator expressions substituted for the statement iterators. A loop under a
+``parallel`` mark gets ``#pragma omp parallel for``; its body, when it holds loops, is
 outlined into a ``static`` noipa (clang: noinline) function that takes the arrays as
 ``restrict`` parameters again (gcc drops ``restrict`` in the function it outlines for an
 OpenMP region, and without it cannot keep values in registers across the jammed
 statements of a register tile; noipa because gcc 12.2 deleted calls to a noinline body).
 A body of statements only stays inline, where gcc can vectorise the loop. A loop under
-an ``omp_simd`` mark gets ``#pragma omp simd``, with ``simdlen(n)`` when the mark's id
+a ``vector`` mark gets ``#pragma omp simd``, with ``simdlen(n)`` when the mark's id
 carries the lane count n (scheduler/intratile.py); the statements the mark names as
 reductions along the loop (scheduler/reductions.py) accumulate in a local under
 ``reduction(op: local)``. Arrays that are no arguments: scratch arrays (expanded scalars,
@@ -423,15 +423,15 @@ class _Emitter:
         name = _marked_loop(node)
         inner = node.mark_get_node()
         if name is not None:
-            pragma = {T.MARK_PARALLEL: "omp parallel for", T.MARK_SIMD: "omp simd"}[name]
-            if name == T.MARK_SIMD:
+            pragma = {T.MARK_PARALLEL: "omp parallel for", T.MARK_VECTOR: "omp simd"}[name]
+            if name == T.MARK_VECTOR:
                 pragma += _simdlen(mark)
             elif self.in_region:
                 pragma = "omp for"  # the team exists already (_region)
             # a body without loops stays inline: a call per iteration would keep gcc from
             # vectorising the parallel loop (atax: one call per element of y)
             outline = name == T.MARK_PARALLEL and _has_loop(inner.for_get_body())
-            if name == T.MARK_SIMD:
+            if name == T.MARK_VECTOR:
                 return self._vector_for(inner, pragma, _vector_reductions(mark))
             return self._for(inner, pragma, outline=outline)
         if mark.get_name().startswith(f"{MARK_LOCAL}:"):
@@ -471,13 +471,13 @@ class _Emitter:
 
 
 def _marked_loop(node: isl.AstNode) -> str | None:
-    """The name of the mark ``node`` (``omp_parallel`` or ``omp_simd``) when it sits
+    """The name of the mark ``node`` (``parallel`` or ``vector``) when it sits
     directly on the marked member's own loop; None otherwise. When that member takes a
     single value isl writes no loop for it, and the loop found below is a deeper
     member's, maybe not parallel: it gets no pragma."""
     name, _, depth = node.mark_get_id().get_name().partition("@")
     inner = node.mark_get_node()
-    if (name in (T.MARK_PARALLEL, T.MARK_SIMD) and inner.get_type() == node_type.for_ and depth
+    if (name in (T.MARK_PARALLEL, T.MARK_VECTOR) and inner.get_type() == node_type.for_ and depth
             and inner.for_get_iterator().get_id().get_name() == loop_iterator(int(depth))):
         return name
     return None
@@ -505,7 +505,7 @@ def _shares_one_region(node: isl.AstNode) -> bool:
             if marked == T.MARK_PARALLEL:
                 found += 1
                 return True  # its iterations are shared out: whatever runs inside is fine
-            if marked == T.MARK_SIMD:
+            if marked == T.MARK_VECTOR:
                 return False
             return control_only(n.mark_get_node())  # no loop of its own: look through it
         return False  # a statement, or a node kind this emitter does not know

@@ -112,12 +112,12 @@ def promotable(node: isl.AstNode, program: Program, statements: dict[str, Statem
 
 
 def _vector_loop(body: isl.AstNode) -> isl.AstNode | None:
-    """The loop of a simd mark sitting directly on it (the nest's innermost loop)."""
+    """The loop of a vector mark sitting directly on it (the nest's innermost loop)."""
     if body.get_type() != node_type.mark:
         return None
     name, _, depth = body.mark_get_id().get_name().partition("@")
     inner = body.mark_get_node()
-    if (name != T.MARK_SIMD or not depth or inner.get_type() != node_type.for_
+    if (name != T.MARK_VECTOR or not depth or inner.get_type() != node_type.for_
             or inner.for_get_iterator().get_id().get_name() != loop_iterator(int(depth))):
         return None
     return inner
