@@ -144,7 +144,7 @@ def libmvec_functions() -> frozenset[str]:
 
 def vector_math_flags(text: str) -> tuple[list[str], list[str]]:
     """(-D flags, libraries) for the vector math declarations of ``text`` that libmvec
-    can serve (codegen/c.py _vector_math_declarations)."""
+    can serve (codegen/openmp.py vector_math_declarations)."""
     wanted = sorted(set(MVEC_MARKER.findall(text)) & libmvec_functions())
     return [f"-DPOLYCOMP_MVEC_{name}" for name in wanted], (["-lmvec"] if wanted else [])
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from .codegen.c import generate_c
+from .codegen.openmp import generate_openmp
 from .codegen.source import Source
 from .codegen.verify import ASTRejected
 from .errors import IllegalScheduleError, InternalError
@@ -93,11 +93,11 @@ CODEGEN_SECONDS = 40.0
 
 def generate_in_time_limit(program: Program, schedule: isl.Schedule, options: Options,
                            deps: Dependences) -> Source:
-    """``generate_c`` in a forked child under CODEGEN_SECONDS (isl's operation budget
+    """``generate_openmp`` in a forked child under CODEGEN_SECONDS (isl's operation budget
     does not stop its AST generator); past it, ASTRejected."""
     try:
         source = call_in_time_limit(
-            lambda: generate_c(program, schedule, options, deps.all()), CODEGEN_SECONDS)
+            lambda: generate_openmp(program, schedule, options, deps.all()), CODEGEN_SECONDS)
     except TimeoutError:
         raise ASTRejected(f"codegen: generating the code of '{program.name}' took more than "
                           f"{CODEGEN_SECONDS:g} s") from None
