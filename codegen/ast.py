@@ -2,10 +2,11 @@
 
 isl's AST generator writes every loop (no hand-written bound computation). The build's
 context carries what is known about the parameters, so that bounds simplify. Mark nodes
-(scheduler/tree.py) survive into the AST as mark nodes for codegen/c.py to read; each
-loop mark's name gets the schedule depth of the member it marks (``omp_parallel@2``), because
-isl writes no loop for a member that takes one value there, and the loop then found below
-the mark belongs to a deeper member, which the mark says nothing about.
+(scheduler/tree.py) survive into the AST as mark nodes for the target's printer to read
+(codegen/openmp.py); each loop mark's name gets the schedule depth of the member it
+marks (``parallel@2``), because isl writes no loop for a member that takes one value
+there, and the loop then found below the mark belongs to a deeper member, which the mark
+says nothing about.
 
 Two guards around isl's generator, because it has generated wrong code for domains with
 a stride (``for (k = 1; k < 7; k += 2)`` under a skewed or tiled band: a guard that lets
@@ -36,7 +37,7 @@ from polycomp.scheduler import tree as T
 from .verify import (EXACT_SECONDS, PARAMETRIC_EXACT_OPERATIONS, ASTRejected,
                      CheckOutOfBudget, check_ast)
 
-LOOP_MARKS = (T.MARK_PARALLEL, T.MARK_SIMD)
+LOOP_MARKS = T.LOOP_MARKS
 
 
 def build_ast(program: Program, schedule: isl.Schedule,

@@ -4,7 +4,7 @@ statement expression trees (polycomp/expr.py), each printed from a table.
 Printing is precedence-aware: a sub-expression gets parentheses only where C needs
 them, so ``A[(c0 * 512 + c2)]`` reads as ``A[c0 * 512 + c2]``. Helper functions the text
 calls (floor division, typed min/max, sigmoid) are collected in a ``Helpers`` set and
-emitted once by codegen/c.py.
+emitted once by the target's printer (codegen/openmp.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CTYPES = {
 # is narrowed where it is read (ValuePrinter._scalar); the runtime rounds it to float16
 ARG_CTYPES = {**CTYPES, "float16": "float"}
 
-# the status local of every generated function (codegen/c.py returns it): 0 done,
+# the status local of every generated function (codegen/c.py's entry returns it): 0 done,
 # 1 a gather index out of bounds, 2 an integer division fault (polycomp/runtime.py)
 STATUS = "polycomp_status"
 STATUS_DIVISION = 2
@@ -67,7 +67,7 @@ MATH = {
 }
 
 # <math.h> functions glibc's libmvec has vector forms of (2.22: exp log sin cos pow;
-# 2.35: the rest): C name -> number of arguments. codegen/c.py declares the ones a kernel
+# 2.35: the rest): C name -> number of arguments. codegen/openmp.py declares the ones a kernel
 # calls with the simd attribute, each under a POLYCOMP_MVEC_<name> macro that the build
 # defines where libmvec has it (polycomp/build.py); gcc then calls e.g. _ZGVdN8v_expf
 # in a simd loop instead of expf once per element.
@@ -133,11 +133,11 @@ class Helpers:
     """The helper functions a translation unit needs, in first-use order."""
 
     used: dict[str, str] = field(default_factory=dict)
-    guards: int = 0  # checked divisions printed so far (codegen/c.py propagates the status)
+    guards: int = 0  # checked divisions printed so far (codegen/openmp.py propagates the status)
     math: set[str] = field(default_factory=set)  # <math.h> functions called
 
     def call(self, name: str) -> str:
-        """A <math.h> function's name, recorded (codegen/c.py declares vector forms)."""
+        """A <math.h> function's name, recorded (codegen/openmp.py declares vector forms)."""
         self.math.add(name)
         return name
 

@@ -1,7 +1,7 @@
 """Register promotion: which reduction targets of a loop nest can live in local arrays.
 
-Runs inside codegen/c.py, on the isl AST, while the C is printed. The intra-tile pass
-(scheduler/intratile.py) leaves conv's and matmul's tiles as
+Runs inside the OpenMP printer (codegen/openmp.py), on the isl AST, while the C is
+printed. The intra-tile pass (scheduler/intratile.py) leaves conv's and matmul's tiles as
 
     for (c ...) for (kh ...) for (kw ...)          <- the reduction loops
       #pragma omp simd
@@ -24,7 +24,7 @@ expressions, that promotion keeps the meaning:
   each loop's first iteration passes its test), and the vector loop's bounds are
   constants;
 - every statement under the vector loop is a reduction (+ * max min) that does not reduce
-  along the vector loop (those get codegen/c.py's simd accumulators), with no gather in
+  along the vector loop (those get codegen/openmp.py's simd accumulators), with no gather in
   its target;
 - each target's element depends on none of the nest's loops above the vector loop, and
   on the vector loop injectively (each lane its own element);
@@ -112,12 +112,12 @@ def promotable(node: isl.AstNode, program: Program, statements: dict[str, Statem
 
 
 def _vector_loop(body: isl.AstNode) -> isl.AstNode | None:
-    """The loop of a simd mark sitting directly on it (the nest's innermost loop)."""
+    """The loop of a vector mark sitting directly on it (the nest's innermost loop)."""
     if body.get_type() != node_type.mark:
         return None
     name, _, depth = body.mark_get_id().get_name().partition("@")
     inner = body.mark_get_node()
-    if (name != T.MARK_SIMD or not depth or inner.get_type() != node_type.for_
+    if (name != T.MARK_VECTOR or not depth or inner.get_type() != node_type.for_
             or inner.for_get_iterator().get_id().get_name() != loop_iterator(int(depth))):
         return None
     return inner

@@ -1,10 +1,10 @@
 """isl AST -> the statement instances it executes, checked against the schedule's domain.
 
-Runs after codegen/ast.py, before codegen/c.py prints anything. isl's AST generator has
-lost instances of strided domains (a loop ``k += 2`` under a tiled or skewed band: the
-generated guard lets one point through where three were due) while the schedule tree
-itself was legal and injective, so checking the tree is not enough. This module reads
-the generated AST back as sets, independently of how isl built it:
+Runs after codegen/ast.py, before the target's printer prints anything. isl's AST
+generator has lost instances of strided domains (a loop ``k += 2`` under a tiled or
+skewed band: the generated guard lets one point through where three were due) while the
+schedule tree itself was legal and injective, so checking the tree is not enough. This
+module reads the generated AST back as sets, independently of how isl built it:
 
     for (c0 = init; cond; c0 += inc) B     adds c0 with  c0 >= init, cond,
                                            c0 - init = 0 mod inc

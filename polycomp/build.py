@@ -1,13 +1,19 @@
-"""Build: C source -> shared library on disk, cached.
+"""Build: source -> shared library on disk, cached, for the native targets.
 
 ``build_library`` makes one kernel's library; ``build_object`` and ``link_library``
 make one library of several translation units (a whole ONNX model's groups and its
 entry: polycomp/onnx/library.py), each object cached on its own, so that a model that
 shares kernels with another compiles only what is new.
 
-The compiler is run without a shell (an argv list). Flags: ``-O3 -march=native`` unless
-Options.cflags or $CFLAGS say otherwise, always with ``-fopenmp -fPIC -shared``; the
-compiler is Options.cc, else $CC, else gcc. When the compiler is gcc, ``-fno-tree-loop-
+What to run comes from the target (polycomp/targets/native.py ``NativeTarget``, the one
+``Options.target`` names unless a caller passes another): its compiler command, the
+flags each step adds (``build_flags``: OpenMP's ``-fopenmp -fPIC`` with ``-shared`` or
+``-c``, libmvec's, ``-lm``), the source file's suffix and the fields of the cache key.
+This module runs the compiler without a shell (an argv list), caches and renames.
+
+The host C compiler (``compiler_command``, the native targets' default): Options.cc,
+else $CC, else gcc, with ``-O3 -march=native`` unless Options.cflags or $CFLAGS say
+otherwise. When the compiler is gcc, ``-fno-tree-loop-
 distribution`` follows the optimisation flags, the user's included: gcc 12.2's loop
 distribution moved a store above a load it feeds in polycomp's code (wrong results at
 -O3; reliability/gcc12_ldist_*.c), and a user asking for -O3 still wants right results.
@@ -19,8 +25,9 @@ add into an FMA depends on the shape of the loop around them, so two schedules o
 same program would otherwise round differently. Cache
 file names are bounded: the entry name is cut to 64 characters (the key, a hash of the
 whole source, keeps them apart), as file systems refuse names over 255 bytes. The cache
-key hashes the source, the command line, the compiler's own version text and the CPU
-model (``-march=native`` code does not travel). Libraries live under
+key hashes the source, the command line, the target's name and its key fields (for
+OpenMP: the compiler's own version text and the CPU model: ``-march=native`` code does
+not travel). Libraries live under
 $POLYCOMP_CACHE_DIR, else $XDG_CACHE_HOME/polycomp, else ~/.cache/polycomp. Each build
 writes to a private temporary name and renames it into place atomically, so a process
 never loads a half-written library even when several processes compile the same kernel
@@ -38,12 +45,16 @@ import shlex
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import CompilerError
 from .options import Options
+from .targets import get_target
+
+if TYPE_CHECKING:
+    from .targets.native import NativeTarget
 
 DEFAULT_CFLAGS = ("-O3", "-march=native")
-REQUIRED_FLAGS = ("-fopenmp", "-fPIC", "-shared")
 GCC_SAFETY_FLAGS = ("-fno-tree-loop-distribution",)  # see the module docstring
 # gcc 12.2 vectorises `y = x < 0 ? s * x : x` over a 4x5 nest with AVX-512VL masked
 # loads that reuse the first mask for every load of s (wrong results at -O3 -march=native;
@@ -144,69 +155,87 @@ def libmvec_functions() -> frozenset[str]:
 
 def vector_math_flags(text: str) -> tuple[list[str], list[str]]:
     """(-D flags, libraries) for the vector math declarations of ``text`` that libmvec
-    can serve (codegen/c.py _vector_math_declarations)."""
+    can serve (codegen/openmp.py vector_math_declarations)."""
     wanted = sorted(set(MVEC_MARKER.findall(text)) & libmvec_functions())
     return [f"-DPOLYCOMP_MVEC_{name}" for name in wanted], (["-lmvec"] if wanted else [])
 
 
-def build_library(text: str, entry: str, options: Options) -> Path:
-    """Compile ``text`` to a shared library and return its path (from the cache if there)."""
-    compiler, flags = compiler_command(options)
-    defines, libraries = vector_math_flags(text)
-    command = [*compiler, *flags, *REQUIRED_FLAGS, *defines]
-    key = _key(compiler, [text, *command])
+def build_library(text: str, entry: str, options: Options,
+                  target: NativeTarget | None = None) -> Path:
+    """Compile ``text`` to a shared library and return its path (from the cache if there);
+    ``target``: the native target that says how (default: Options.target's)."""
+    target = _native(options, target)
+    compiler, flags = target.compiler_command(options)
+    before, after = target.build_flags("library", [text])
+    command = [*compiler, *flags, *before]
+    key = _key(target, options, [text, *command])
     directory = _directory(options)
     stem = f"{entry[:NAME_LIMIT]}-{key}"
     library = directory / f"{stem}.so"
     if options.cache and library.exists():
         return library
-    source_path = directory / f"{stem}.c"
+    source_path = directory / f"{stem}{target.source_suffix}"
     _write_atomically(source_path, text.encode())
-    _compile_into(library, [*command, "-o", "{out}", str(source_path), *libraries, "-lm"],
+    _compile_into(library, [*command, "-o", "{out}", str(source_path), *after],
                   f"the C compiler failed on {source_path}")
     return library
 
 
-def build_object(text: str, stem: str, options: Options) -> Path:
+def build_object(text: str, stem: str, options: Options,
+                 target: NativeTarget | None = None) -> Path:
     """Compile ``text`` to a position-independent object file (cached like libraries):
     one translation unit of a library that link_library puts together."""
-    compiler, flags = compiler_command(options)
-    defines, _ = vector_math_flags(text)
-    command = [*compiler, *flags, "-fopenmp", "-fPIC", "-c", *defines]
-    key = _key(compiler, [text, *command])
+    target = _native(options, target)
+    compiler, flags = target.compiler_command(options)
+    before, after = target.build_flags("object", [text])
+    command = [*compiler, *flags, *before]
+    key = _key(target, options, [text, *command])
     directory = _directory(options)
     name = f"{stem[:NAME_LIMIT]}-{key}"
     obj = directory / "objects" / f"{name}.o"
     if options.cache and obj.exists():
         return obj
     obj.parent.mkdir(parents=True, exist_ok=True)
-    source_path = obj.with_suffix(".c")
+    source_path = obj.with_suffix(target.source_suffix)
     _write_atomically(source_path, text.encode())
-    _compile_into(obj, [*command, "-o", "{out}", str(source_path)],
+    _compile_into(obj, [*command, "-o", "{out}", str(source_path), *after],
                   f"the C compiler failed on {source_path}")
     return obj
 
 
-def link_library(objects: list[Path], texts: list[str], stem: str, options: Options) -> Path:
+def link_library(objects: list[Path], texts: list[str], stem: str, options: Options,
+                 target: NativeTarget | None = None) -> Path:
     """One shared library of ``objects`` (built by build_object from ``texts``, whose
-    vector math decides the libraries linked)."""
-    compiler, flags = compiler_command(options)
-    libraries = sorted({lib for text in texts for lib in vector_math_flags(text)[1]})
-    command = [*compiler, *flags, *REQUIRED_FLAGS]
-    key = _key(compiler, [*map(str, objects), *command, *libraries])
+    needs, e.g. vector math, decide the libraries linked)."""
+    target = _native(options, target)
+    compiler, flags = target.compiler_command(options)
+    before, after = target.build_flags("link", texts)
+    command = [*compiler, *flags, *before]
+    key = _key(target, options, [*map(str, objects), *command, *after])
     library = _directory(options) / f"{stem[:NAME_LIMIT]}-{key}.so"
     if options.cache and library.exists():
         return library
-    _compile_into(library, [*command, "-o", "{out}", *map(str, objects), *libraries, "-lm"],
+    _compile_into(library, [*command, "-o", "{out}", *map(str, objects), *after],
                   f"linking {len(objects)} objects into {library.name} failed")
     return library
 
 
-def _key(compiler: list[str], parts: list[str]) -> str:
-    """The cache key of a build: its inputs, the compiler's identity and the CPU model
-    (``-march=native`` code does not travel)."""
-    return hashlib.sha256("\0".join([*parts, compiler_identity(tuple(compiler)),
-                                      cpu_identity()]).encode()).hexdigest()[:24]
+def _native(options: Options, target: NativeTarget | None) -> NativeTarget:
+    """The target that builds: ``target``, else Options.target's, which must be native."""
+    from .targets.native import NativeTarget
+
+    target = get_target(options.target) if target is None else target
+    if not isinstance(target, NativeTarget):
+        raise CompilerError(f"target '{target.name}' is not built by a host compiler into "
+                            f"a shared library", hint="build it with its own Target.build")
+    return target
+
+
+def _key(target: NativeTarget, options: Options, parts: list[str]) -> str:
+    """The cache key of a build: its inputs and command line, the target's name and its
+    key fields (OpenMP: the compiler's identity and the CPU model)."""
+    return hashlib.sha256("\0".join([*parts, target.name, *target.key_fields(options)])
+                          .encode()).hexdigest()[:24]
 
 
 def _directory(options: Options) -> Path:

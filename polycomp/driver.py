@@ -2,8 +2,10 @@
 
 ``compile_program`` runs the stages in order and checks the schedule against the
 dependences before any code is generated: a schedule *we* produced that fails is an
-InternalError (a bug, reported loudly), never silently repaired. ``emit`` renders any
-stage as text for ``polycomp compile --emit``.
+InternalError (a bug, reported loudly), never silently repaired. The stages after
+scheduling and tiling are the target's (Options.target, polycomp/targets/): its passes
+(through scheduler/passes.py), the marks it prints, its annotations after the check and
+its code generator. ``emit`` renders any stage as text for ``polycomp compile --emit``.
 """
 
 from __future__ import annotations
@@ -13,24 +15,24 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from .codegen.c import generate_c
 from .codegen.source import Source
 from .codegen.verify import ASTRejected
 from .errors import IllegalScheduleError, InternalError
 from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
-from .scheduler.budget import SchedulerFallbackWarning, call_in_time_limit
 from .scheduler.blocking import block_channels
+from .scheduler.budget import SchedulerFallbackWarning, call_in_time_limit
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
 from .scheduler.inlining import inline_pointwise
-from .scheduler.stripmining import strip_mine_blocked
-from .scheduler.reductions import annotate_simd_reductions, relax_reductions
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
 from .scheduler.passes import run_passes
+from .scheduler.reductions import relax_reductions
+from .scheduler.stripmining import strip_mine_blocked
 from .scheduler.tree import dump
+from .targets import get_target
 
 EMITS = ("c", "schedule", "deps", "ir", "ast")
 
@@ -46,13 +48,15 @@ class Compiled:
 
 
 def schedule_program(program: Program, deps: Dependences, options: Options) -> isl.Schedule:
-    """The scheduler's tree plus the decision passes (scheduler/passes.py)."""
+    """The scheduler's tree plus the decision passes (scheduler/passes.py: tiling, then
+    the target's)."""
     configure_isl()
     schedule = get_scheduler(options.scheduler)(program, deps, options)
     return run_passes(schedule, program, deps, options)
 
 
 def compile_program(program: Program, options: Options) -> Compiled:
+    target = get_target(options.target)
     program.validate()
     if options.block_channels and options.scheduler not in ("none", "custom"):
         program = block_channels(program)
@@ -64,13 +68,14 @@ def compile_program(program: Program, options: Options) -> Compiled:
     deps = relax_reductions(program, compute_dependences(program), options.exact_fp)
     schedule = schedule_program(program, deps, options)
     try:
+        target.check_marks(schedule)
         check_schedule(schedule, deps)
     except IllegalScheduleError as exc:
         if options.scheduler == "custom":
             raise  # the user's schedule: their error, with the broken dependence named
         raise InternalError(f"scheduler '{options.scheduler}' produced an illegal schedule for "
                             f"'{program.name}': {exc.message}") from exc
-    schedule = annotate_simd_reductions(schedule, deps)
+    schedule = target.annotate(schedule, program, deps, options)
     try:
         contracted, marked = contract_temporaries(program, schedule)
         source = generate_in_time_limit(contracted, marked, options, deps)
@@ -93,11 +98,12 @@ CODEGEN_SECONDS = 40.0
 
 def generate_in_time_limit(program: Program, schedule: isl.Schedule, options: Options,
                            deps: Dependences) -> Source:
-    """``generate_c`` in a forked child under CODEGEN_SECONDS (isl's operation budget
-    does not stop its AST generator); past it, ASTRejected."""
+    """The target's code generator in a forked child under CODEGEN_SECONDS (isl's
+    operation budget does not stop its AST generator); past it, ASTRejected."""
+    target = get_target(options.target)
     try:
         source = call_in_time_limit(
-            lambda: generate_c(program, schedule, options, deps.all()), CODEGEN_SECONDS)
+            lambda: target.generate(program, schedule, options, deps.all()), CODEGEN_SECONDS)
     except TimeoutError:
         raise ASTRejected(f"codegen: generating the code of '{program.name}' took more than "
                           f"{CODEGEN_SECONDS:g} s") from None

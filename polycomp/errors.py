@@ -127,6 +127,11 @@ class OptionError(PolycompError):
     """An unknown option or an option value out of its range."""
 
 
+class UnknownTargetError(OptionError):
+    """Options.target names no registered target (polycomp/targets/); the hint lists
+    the known ones."""
+
+
 class ArgumentError(PolycompError):
     """A kernel called with arguments of the wrong kind, dtype, rank or shape, or an API
     function (compile, compile_loops, Program.from_isl...) given a value of the wrong kind."""

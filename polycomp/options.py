@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields, replace
 import islpy as isl
 
 from .errors import OptionError
+from .targets.registry import check_target_name
 
-TARGETS = ("openmp",)
 SCHEDULERS = ("none", "isl", "pluto", "custom")
 FUSIONS = ("smart", "max", "typed", "none")
 TUNINGS = ("records", "none")
@@ -36,13 +36,15 @@ MAX_TILE = 2**31 - 1
 class Options:
     """What to build and how.
 
-    target      "openmp": OpenMP C for CPUs.
+    target      the backend (polycomp/targets/; polycomp.targets.target_names() lists
+                them): "openmp", OpenMP C for CPUs, is the one built in. An unknown
+                name is an UnknownTargetError whose hint lists the known ones.
     scheduler   "pluto" (ours, the default), "isl" (isl's scheduler), "none" (original
                 order), or "custom" (the user's ``schedule``, checked against the
                 dependences).
     schedule    for scheduler="custom": an isl schedule tree (YAML) or union map, as text.
     parametric  keep sizes as C arguments instead of specialising to constants.
-    parallel    mark outermost dependence-free loops ``omp parallel for``.
+    parallel    mark outermost dependence-free loops parallel (OpenMP: ``omp parallel for``).
     parallel_min_work
                 a loop inside serial loops becomes parallel only when each run of it has
                 at least this many statement instances (0: every dependence-free loop).
@@ -108,7 +110,7 @@ class Options:
     cache: bool = True
 
     def __post_init__(self) -> None:
-        _check_choice("target", self.target, TARGETS)
+        check_target_name(self.target)
         _check_choice("scheduler", self.scheduler, SCHEDULERS)
         _check_choice("fusion", self.fusion, FUSIONS)
         _check_choice("tuning", self.tuning, TUNINGS)
@@ -259,5 +261,5 @@ def configure_isl() -> isl.Context:
     return ctx
 
 
-__all__ = ["Options", "configure_isl", "replace", "TARGETS", "SCHEDULERS", "FUSIONS", "TUNINGS",
+__all__ = ["Options", "configure_isl", "replace", "SCHEDULERS", "FUSIONS", "TUNINGS",
            "BAND_KNOB"]

@@ -3,17 +3,20 @@
 A Kernel holds a frontend definition (its Interface and a ``lower(sizes)`` method) and
 Options. On each call it checks the arguments (polycomp/arguments.py), and, by default,
 specialises the program to the argument sizes: compiled once per size set, then cached in
-memory (and on disk by polycomp/build.py). With ``parametric=True`` one library serves all
-sizes, which are passed as C arguments. Outputs are allocated here and returned,
-zeroed only where the kernel leaves an element unwritten or reads one before writing it.
+memory (and on disk by the target's build, polycomp/build.py for the native ones). With
+``parametric=True`` one library serves all sizes, which are passed as C arguments.
+Outputs are allocated here and returned, zeroed only where the kernel leaves an element
+unwritten or reads one before writing it. Building and loading the entry, and what
+surrounds each call, are the target's (Options.target, polycomp/targets/: OpenMP's is a
+ctypes function called under the load-adapted thread count); the calling convention is
+the same for every target (polycomp/targets/base.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,26 +24,16 @@ import islpy as isl
 import numpy as np
 
 from . import arguments
-from .build import build_library
 from .driver import Compiled, compile_program
-from .errors import (ArgumentError, CompilerError, IntegerDivisionError, InternalError,
-                     PolycompError)
+from .errors import ArgumentError, IntegerDivisionError, InternalError, PolycompError
 from .ir import Array, Interface, Program
 from .memory import aligned_empty, aligned_zeros, check_buffer
 from .options import Options
 from .scheduler.dependences import Dependences
-from .threads import call_threads
+from .targets import Target, get_target
+from .targets.native import SCALAR_CTYPES  # noqa: F401  (the ctypes of scalar arguments)
 
-SCALAR_CTYPES = {
-    "bool": ctypes.c_bool, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
-    "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
-    "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
-    # ctypes has no _Float16: the entry takes a float16 scalar as a C float
-    # (codegen/cexpr.ARG_CTYPES) and narrows it back; see scalar_value
-    "float16": ctypes.c_float, "float32": ctypes.c_float, "float64": ctypes.c_double,
-}
-
-# entry return values (codegen/c.py STATUS): 0 done, 1 a gather index out of bounds,
+# entry return values (codegen/c.py STATUS, every target's): 0 done, 1 a gather index out of bounds,
 # 2 an integer division or modulo by zero or MIN / -1 (codegen/cexpr.py guards)
 STATUS_GATHER, STATUS_DIVISION, STATUS_NO_MEMORY = 1, 2, 3
 
@@ -66,48 +59,28 @@ class Definition(Protocol):
 @dataclass(eq=False)
 class Variant:
     """One compiled specialisation: the pipeline's products and its entry, built and
-    loaded on first use (a whole ONNX model links its groups' C into one library of its
-    own, polycomp/onnx/library.py, and never needs a library per group)."""
+    loaded by the target on first use (a whole ONNX model links its groups' C into one
+    library of its own, polycomp/onnx/library.py, and never needs a library per group)."""
 
     compiled: Compiled
     options: Options
-    _function: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+    _function: Callable[..., int] | None = None
+
+    @functools.cached_property
+    def target(self) -> Target:
+        return get_target(self.options.target)
 
     @property
-    def function(self) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    def function(self) -> Callable[..., int]:
         if self._function is None:
-            self._function = load(self.compiled, self.options)
+            self._function = self.target.load(self.compiled.source, self.options)
         return self._function
 
     @functools.cached_property
-    def parallel(self) -> bool:
-        """Whether the C has OpenMP regions (calls then adapt to the load: threads.py)."""
-        return "#pragma omp" in self.compiled.source.text
-
-
-_LIBRARIES: dict[str, ctypes.CDLL] = {}
-_LOCK = threading.Lock()
-
-
-def load(compiled: Compiled, options: Options) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    source = compiled.source
-    path = str(build_library(source.text, source.entry, options))
-    with _LOCK:
-        if path not in _LIBRARIES:
-            try:
-                _LIBRARIES[path] = ctypes.CDLL(path)
-            except OSError as exc:
-                # e.g. a `cc` that exits 0 without writing a library
-                raise CompilerError(f"cannot load the library the C compiler built: {exc}",
-                                    hint="check that cc= / $CC names a C compiler that writes "
-                                         "the shared library it is asked for (-shared -o)"
-                                    ) from None
-    function = getattr(_LIBRARIES[path], source.entry)
-    function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p if a.kind == "array" else
-                         ctypes.c_int64 if a.kind == "size" else SCALAR_CTYPES[a.dtype]
-                         for a in source.arguments]
-    return function
+    def calling(self) -> Callable[[], AbstractContextManager] | None:
+        """What surrounds each call (OpenMP: threads.call_threads when the C has
+        parallel regions), or None."""
+        return self.target.calling(self.compiled.source)
 
 
 @dataclass(eq=False)
@@ -132,8 +105,9 @@ class Kernel:
 
     ``kernel(*inputs)`` returns the outputs (one array, a tuple in declared order, or None
     when the kernel only updates its arguments in place). ``.program``, ``.dependences``,
-    ``.schedule`` and ``.c_source`` describe the most recent specialisation, or, before
-    any call, the parametric program.
+    ``.schedule`` and ``.source`` (the generated code of whichever target; ``.c_source``
+    is the same text, its name from when OpenMP C was the only output) describe the most
+    recent specialisation, or, before any call, the parametric program.
     """
 
     def __init__(self, definition: Definition, options: Options):
@@ -188,8 +162,14 @@ class Kernel:
         return self._describe().schedule
 
     @property
-    def c_source(self) -> str:
+    def source(self) -> str:
+        """The generated code (Options.target's language: C for openmp)."""
         return self._describe().source.text
+
+    @property
+    def c_source(self) -> str:
+        """The generated C of the openmp target: ``source`` under its first name."""
+        return self.source
 
     def transform(self, edit) -> Kernel:
         """A new Kernel whose schedule is ``edit(ScheduleEditor)`` applied to this one's
@@ -293,8 +273,9 @@ class Kernel:
             else:
                 call_args.append(buffers[name].ctypes.data)
         try:
-            if variant.parallel:
-                with call_threads():
+            calling = variant.calling
+            if calling is not None:
+                with calling():
                     status = variant.function(*call_args)
             else:
                 status = variant.function(*call_args)

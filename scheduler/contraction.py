@@ -89,7 +89,7 @@ def _contraction(program: Program, schedule: isl.Schedule, array: Array
     node = _split_node(schedule, names)
     if node is None or any(T.is_mark(n, T.MARK_PARALLEL) for n in T.subtree(node)):
         # a parallel loop below would share one copy among threads; one region around
-        # a sequential loop above it (codegen/c.py) would give each thread its own
+        # a sequential loop above it (codegen/openmp.py) would give each thread its own
         return None
     prefix = node.get_prefix_schedule_union_map().intersect_domain(node.get_domain())
     if prefix.is_empty() or not _values_stay_inside(program, array.name, prefix):

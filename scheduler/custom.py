@@ -6,6 +6,10 @@ union map from statement instances to time
 (``{ S0[i, j] -> [j, i] }``). Output: the tree, restricted to the program's domain. The
 pipeline checks it against the dependences; a violation is the user's
 IllegalScheduleError, naming the broken dependence.
+
+Marks in the tree use the neutral names of scheduler/tree.py (``parallel``, ``vector``);
+the names they had when OpenMP was polycomp's only target (``omp_parallel``,
+``omp_simd``) are read as aliases of those.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from polycomp.errors import IllegalScheduleError, ParseError
 from polycomp.ir import Program
 from polycomp.options import Options
 
+from . import tree as T
 from .dependences import Dependences
 from .original import tree_from_schedule_map
 
@@ -40,7 +45,7 @@ def schedule_custom(program: Program, deps: Dependences, options: Options) -> is
                                        hint="a tree written for other sizes does not fit: print "
                                             "it with the same sizes (`--emit schedule --sizes ...`), "
                                             "or compile parametric for a parametric tree")
-        return schedule.intersect_domain(domain)
+        return T.canonical_marks(schedule.intersect_domain(domain))
     try:
         time = isl.UnionMap(text)
     except isl.Error as exc:

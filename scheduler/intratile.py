@@ -6,7 +6,7 @@ pass's ``point_band`` mark; its innermost part when the parallel pass split it, 
 when it is innermost: no band below it) has
 
 1. its members reordered so that the innermost one touches memory with unit stride (or
-   not at all) for most references and carries no dependence: it gets an ``omp_simd``
+   not at all) for most references and carries no dependence: it gets a ``vector``
    mark (Options.vectorize) in a band of its own;
 2. up to two other members strip-mined by ``Options.unroll`` (unroll-and-jam): the strip
    member stays where the member was, the point member moves *inside* the SIMD loop and
@@ -20,7 +20,7 @@ when it is innermost: no band below it) has
 matmul's point band [i, j, k] (below the parallel tile loop), unroll 4::
 
     band [i, j, k]         band [floor(i/4), floor(k/4)]
-      sequence S0, S1  ->    mark omp_simd
+      sequence S0, S1  ->    mark vector
                                band [j]
                                  band [i mod 4, k mod 4]   (ast loop type: unroll)
                                    sequence S0, S1
@@ -34,7 +34,7 @@ tiling of that band). A band that is not permutable keeps its order; only its in
 member may get the mark. The SIMD member must carry no dependence, checked exactly with
 legality.carried_by_member on the final band: a reduction carried by the innermost loop
 is never marked (another member is made innermost if one qualifies). A member directly
-below an ``omp_parallel`` mark stays first (the mark belongs to it).
+below a ``parallel`` mark stays first (the mark belongs to it).
 
 Choices. Innermost: members along which no reference jumps in memory (no gathers or
 scatters) first, then the highest stride score (cache_model.stride_score: unit-stride
@@ -123,7 +123,7 @@ def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
             return _optimize_points(node, program, relation, local, validity, vector,
                                     settings)
         if leaves and T.is_band(node) and not _has_band_below(node) and not any(
-                T.is_mark(n, T.MARK_SIMD) for n in T.subtree(node)):
+                T.is_mark(n, T.MARK_VECTOR) for n in T.subtree(node)):
             return optimize_band(node, program, relation, options, validity, vector)
         for k in range(node.n_children()):
             node = go(node.child(k)).parent()
@@ -170,14 +170,14 @@ def separate_guards(schedule: isl.Schedule) -> isl.Schedule:
     """Loops around a SIMD loop over which statements start or stop (matmul's
     initialisation runs at k = 0 only) get the AST loop type ``separate``: isl then writes
     one copy of the inner loops per part, without the guard that would otherwise sit in
-    the vector loop. A loop directly under an ``omp_parallel`` mark stays one loop."""
+    the vector loop. A loop directly under a ``parallel`` mark stays one loop."""
 
     def go(node: isl.ScheduleNode, inside: bool) -> isl.ScheduleNode:
-        if T.is_mark(node, T.MARK_SIMD):
+        if T.is_mark(node, T.MARK_VECTOR):
             return node
         if T.is_mark(node, T.MARK_PARALLEL):
             inside = True
-        if T.is_band(node) and _below(node, T.MARK_SIMD) and (
+        if T.is_band(node) and _below(node, T.MARK_VECTOR) and (
                 inside or not _below(node, T.MARK_PARALLEL)):
             first = 1 if T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
             # with an isolate option only the isolated part is separated: isl (islpy 2026.2)
@@ -261,7 +261,7 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program, deps: isl.Uni
     pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
     if n - pinned < 1:
         return None  # the only member is the parallel loop: sinking it would leave the
-        # omp_parallel mark above the sequence, with no loop of its own
+        # parallel mark above the sequence, with no loop of its own
     if node.band_get_permutable() and n - pinned > 1:
         # the member with unit-stride references goes innermost, as in plan_band
         refs = CM.band_references(node, program)
@@ -283,7 +283,7 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program, deps: isl.Uni
             continue
         if not carried_by_member(band, 0, deps).is_empty():
             return None  # that statement's loop would lose the order it needs, and no simd
-        split = band.insert_mark(isl.Id(T.MARK_SIMD, user=lanes)).parent().parent()
+        split = band.insert_mark(isl.Id(T.MARK_VECTOR, user=lanes)).parent().parent()
         marked += 1
     if not marked:
         return None
@@ -455,7 +455,7 @@ def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
         if full is not None:
             node = outer.band_set_ast_build_options(isl.UnionSet(full)).child(0)
     if plan.simd:
-        node = node.insert_mark(isl.Id(T.MARK_SIMD, user=lanes))
+        node = node.insert_mark(isl.Id(T.MARK_VECTOR, user=lanes))
     return node
 
 

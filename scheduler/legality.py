@@ -122,14 +122,14 @@ def check_schedule(schedule: isl.Schedule, deps: Dependences) -> None:
     # reductions along it, which the code generator accumulates per lane
     everything = deps.carried()
     for node in T.nodes(schedule):
-        for mark in (T.MARK_PARALLEL, T.MARK_SIMD):
+        for mark in (T.MARK_PARALLEL, T.MARK_VECTOR):
             if T.is_mark(node, mark):
                 band = node.child(0)
                 while T.is_mark(band):
                     band = band.child(0)
                 if not T.is_band(band):
                     raise IllegalScheduleError(f"mark '{mark}' is not above a band")
-                if mark == T.MARK_SIMD and vector_reduction_ok(band, 0, deps):
+                if mark == T.MARK_VECTOR and vector_reduction_ok(band, 0, deps):
                     continue
                 carried = carried_by_member(band, 0, everything)
                 if not carried.is_empty():

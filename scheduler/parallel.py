@@ -1,7 +1,7 @@
 """Parallelization: mark the outermost loop that carries no dependence.
 
-Input: a schedule tree and the dependences. Output: the same tree with an
-``omp_parallel`` mark (scheduler/tree.py) above the first band member, top-down, that
+Input: a schedule tree and the dependences. Output: the same tree with a
+``parallel`` mark (scheduler/tree.py) above the first band member, top-down, that
 carries no dependence (scheduler/legality.py decides that exactly, whatever flags the
 scheduler set). A member deeper in a band is split off first so that the mark sits
 directly above it. Nothing below a marked loop is marked again: OpenMP regions are
@@ -10,7 +10,7 @@ never nested. A loop whose every run has too little work for a parallel region
 everything below it: a small kernel runs serially.
 
     band [t]            band [t]                       (t carries the stencil's dependence)
-      band [i, j]  ->     mark omp_parallel
+      band [i, j]  ->     mark parallel
                             band [i, j]                 (i carries none: parallel for)
 """
 

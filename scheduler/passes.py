@@ -1,10 +1,11 @@
 """The passes that run after a scheduler, in order: each (schedule, program, deps,
 options) -> schedule, writing its decisions into the tree as band splits and marks.
 
-Order: tiling (new tile and point bands), then parallel (marks the outermost
-dependence-free loop, a tile loop when there is one; never nested), then intra-tile
-(reorders the innermost bands below any parallel mark, marks the innermost loop simd and
-unrolls and jams register tiles inside it). See docs/TILING.md.
+Order: the target-neutral passes here (tiling: new tile and point bands), then the
+target's own (Options.target, polycomp/targets/): for OpenMP, parallel (marks the
+outermost dependence-free loop, a tile loop when there is one; never nested), then
+intra-tile (reorders the innermost bands below any parallel mark, marks the innermost
+loop vector and unrolls and jams register tiles inside it). See docs/TILING.md.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import islpy as isl
 from polycomp.errors import InternalError
 from polycomp.ir import Program
 from polycomp.options import Options
+from polycomp.targets import get_target
 
 from .dependences import Dependences
-from .intratile import optimize_tiles
-from .parallel import mark_parallel
 from .tiling import tile_bands
 
 Pass = Callable[[isl.Schedule, Program, Dependences, Options], isl.Schedule]
@@ -30,23 +30,15 @@ def _tiling(schedule: isl.Schedule, program: Program, deps: Dependences,
     return tile_bands(schedule, program, deps, options) if options.tile else schedule
 
 
-def _parallel(schedule: isl.Schedule, program: Program, deps: Dependences,
-              options: Options) -> isl.Schedule:
-    if not options.parallel:
-        return schedule
-    return mark_parallel(schedule, deps, program, options.parallel_min_work)
-
-
+# the passes every target runs, before its own (Target.passes)
 PASSES: list[tuple[str, Pass]] = [
     ("tiling", _tiling),
-    ("parallel", _parallel),
-    ("intratile", optimize_tiles),
 ]
 
 
 def run_passes(schedule: isl.Schedule, program: Program, deps: Dependences,
                options: Options) -> isl.Schedule:
-    for name, fn in PASSES:
+    for name, fn in [*PASSES, *get_target(options.target).passes]:
         try:
             schedule = fn(schedule, program, deps, options)
         except isl.Error as exc:  # a polycomp defect: name the stage, not isl's C function

@@ -30,9 +30,9 @@ two's-complement wrap-around the hardware gives; float reductions then keep thei
 order). The extension must keep every dependence forward in the original order (it
 does for TC's statements, each a whole loop nest); when it does not, nothing is relaxed.
 
-After scheduling, ``annotate_simd_reductions`` records on each simd mark which statements
+After scheduling, ``annotate_simd_reductions`` records on each vector mark which statements
 reduce along its loop (the code generator accumulates exactly those per lane), and drops
-a simd mark whose accumulated values another statement touches in the same iteration.
+a vector mark whose accumulated values another statement touches in the same iteration.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def relax_reductions(program: Program, deps: Dependences, exact_fp: bool = False
 
 
 def annotate_simd_reductions(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
-    """Every simd mark's id with ``user = (lanes, names)``: the statements whose
+    """Every vector mark's id with ``user = (lanes, names)``: the statements whose
     reduction chains its loop carries, i.e. the reductions along it (checked by
     legality.vector_reduction_ok); the code generator accumulates those, and only those,
     in lane-private locals."""
@@ -110,7 +110,7 @@ def annotate_simd_reductions(schedule: isl.Schedule, deps: Dependences) -> isl.S
         return schedule
 
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        if T.is_mark(node, T.MARK_SIMD):
+        if T.is_mark(node, T.MARK_VECTOR):
             band = node.child(0)
             while T.is_mark(band):
                 band = band.child(0)

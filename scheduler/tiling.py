@@ -107,7 +107,7 @@ def _tileable(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
     least two loop members, and not decided already: no loop mark below it and no subtree
     that isl cannot tile (a tree read back from ``--emit schedule`` is tiled and marked)."""
     if node.is_subtree_anchored() or any(
-            T.is_mark(n, T.MARK_PARALLEL) or T.is_mark(n, T.MARK_SIMD) for n in T.subtree(node)):
+            T.is_mark(n, T.MARK_PARALLEL) or T.is_mark(n, T.MARK_VECTOR) for n in T.subtree(node)):
         return False
     return (bool(node.band_get_permutable())
             and sum(1 for e in band_extents(node) if e is None or e > 1) >= 2

@@ -16,8 +16,10 @@ Transforms and the relations they implement (band members φ0, φ1, ... of one b
     fuse(seq)             children bands of a sequence -> one band above the sequence
     distribute(b)         a band above a sequence -> one copy of the band per child
     unroll(b, i)          member i is fully unrolled by isl's AST generator
-    parallelize(b, i)     member i runs as `omp parallel for` (it must carry no dependence)
-    vectorize(b, i)       member i gets `omp simd` (it must carry no dependence)
+    parallelize(b, i)     member i gets a `parallel` mark (OpenMP: `omp parallel for`;
+                          it must carry no dependence)
+    vectorize(b, i)       member i gets a `vector` mark (OpenMP: `omp simd`; it must
+                          carry no dependence)
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ Selector = int | str
 
 class ScheduleEditor:
     def __init__(self, schedule: isl.Schedule, deps: Dependences):
-        self.schedule = schedule
+        self.schedule = T.canonical_marks(schedule)  # a tree with omp_* marks reads as ever
         self.deps = deps
 
     # ------------------------------------------------------------------ finding bands
@@ -145,14 +147,14 @@ class ScheduleEditor:
         return self._mark(band, i, T.MARK_PARALLEL)
 
     def vectorize(self, band: Selector, i: int = 0) -> ScheduleEditor:
-        return self._mark(band, i, T.MARK_SIMD)
+        return self._mark(band, i, T.MARK_VECTOR)
 
     def _mark(self, band: Selector, i: int, mark: str) -> ScheduleEditor:
         node = self.band(band)
         self._member(node, i)
         if i > 0:
             node = node.band_split(i).child(0)
-        if node.band_n_member() > 1 and mark == T.MARK_SIMD:
+        if node.band_n_member() > 1 and mark == T.MARK_VECTOR:
             node = node.band_split(1)
         if node.has_parent() and T.is_mark(node.parent(), mark):
             return self  # already marked

@@ -1,8 +1,15 @@
 """Helpers over isl schedule trees, and the names of the marks that carry decisions.
 
-Marks are the interface from the scheduler to codegen: the scheduler inserts a mark
-above a band; codegen reads it and prints the matching pragma. Codegen never recomputes
-a decision.
+Marks are the interface from the scheduler to codegen: the scheduler (a target's passes,
+polycomp/targets/) inserts a mark above a band; the target's code generator reads it and
+prints what it means there (OpenMP: a pragma). Codegen never recomputes a decision.
+
+The names are the target's business, not the scheduler's: ``parallel`` (the band's
+outermost loop runs its iterations concurrently) and ``vector`` (it is vectorised) are
+what the OpenMP target prints as ``omp parallel for`` and ``omp simd``; ``kernel``,
+``block`` and ``thread`` are reserved for the GPU targets (nothing produces them yet).
+Schedules written before the names were neutral say ``omp_parallel`` and ``omp_simd``:
+``canonical_marks`` renames them (scheduler/custom.py applies it to a user's tree).
 """
 
 from __future__ import annotations
@@ -13,10 +20,24 @@ import islpy as isl
 
 from polycomp import islutil as U
 
-# A mark above a band: the band's outermost loop runs as `#pragma omp parallel for`.
-MARK_PARALLEL = "omp_parallel"
-# A mark above a band: the band's outermost loop is vectorised (`#pragma omp simd`).
-MARK_SIMD = "omp_simd"
+# A mark above a band: the band's outermost loop runs its iterations concurrently
+# (OpenMP: `#pragma omp parallel for`).
+MARK_PARALLEL = "parallel"
+# A mark above a band: the band's outermost loop is vectorised (OpenMP: `#pragma omp simd`).
+MARK_VECTOR = "vector"
+# Reserved for the GPU targets: a subtree that runs as one device kernel, and the band
+# members mapped to its blocks and threads.
+MARK_KERNEL = "kernel"
+MARK_BLOCK = "block"
+MARK_THREAD = "thread"
+
+# marks that belong to one band member's loop (codegen/ast.py renames them name@depth)
+LOOP_MARKS = (MARK_PARALLEL, MARK_VECTOR)
+# every mark that states a decision some target prints; a target refuses those of them
+# it does not print (polycomp/targets/base.py Target.marks)
+DECISION_MARKS = (MARK_PARALLEL, MARK_VECTOR, MARK_KERNEL, MARK_BLOCK, MARK_THREAD)
+# the names these marks had when OpenMP was the only target: still read, never written
+MARK_ALIASES = {"omp_parallel": MARK_PARALLEL, "omp_simd": MARK_VECTOR}
 
 node_type = isl.schedule_node_type
 
@@ -88,6 +109,29 @@ def rewrite(schedule: isl.Schedule,
         return node
 
     return go(schedule.get_root(), False).get_schedule()
+
+
+def canonical_marks(schedule: isl.Schedule) -> isl.Schedule:
+    """The tree with every mark named by an old alias (``MARK_ALIASES``) renamed to its
+    neutral name, its user value kept; the same tree when there is none."""
+
+    def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if is_mark(node) and node.mark_get_id().get_name() in MARK_ALIASES:
+            mark = node.mark_get_id()
+            try:
+                user = mark.get_user()
+            except TypeError:  # ids read from text carry no user value
+                user = None
+            renamed = MARK_ALIASES[mark.get_name()]
+            node = node.delete().insert_mark(isl.Id(renamed) if user is None
+                                             else isl.Id(renamed, user=user))
+        for k in range(node.n_children()):
+            node = go(node.child(k)).parent()
+        return node
+
+    if not any(is_mark(n) and n.mark_get_id().get_name() in MARK_ALIASES for n in nodes(schedule)):
+        return schedule
+    return go(schedule.get_root()).get_schedule()
 
 
 def dump(schedule: isl.Schedule) -> str:

@@ -2,7 +2,7 @@
 got wrong (found by adi at MEDIUM under scheduler="isl").
 
 The printer test replaces every statement by a call that hashes its name and iteration
-vector, prints the same isl AST twice (codegen/c.py and isl's to_C_str), runs both and
+vector, prints the same isl AST twice (codegen/openmp.py and isl's to_C_str), runs both and
 compares the instance sequences: a misplaced brace or else shows up as a different
 sequence even where it would not change a result.
 """
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import polycomp
-from polycomp.codegen import c as C
+from polycomp.codegen.cexpr import Helpers
+from polycomp.codegen.openmp import OpenMPPrinter
 from polycomp.codegen.ast import build_ast
 
 # two statements with no dependence between them, so that any order is legal
@@ -77,8 +78,8 @@ uint64_t count(void) { return N; }
 """
 
 
-class _TracingEmitter(C._Emitter):
-    """codegen/c.py's printer with each statement replaced by a trace call."""
+class _TracingEmitter(OpenMPPrinter):
+    """The OpenMP target's printer with each statement replaced by a trace call."""
 
     def _user(self, call):
         name = call.get_op_arg(0).get_id().get_name()
@@ -90,7 +91,7 @@ def _traces(program, schedule, tmp_path) -> dict[str, tuple[int, int]]:
     import islpy as isl  # noqa: PLC0415
 
     node = build_ast(program, isl.Schedule.read_from_str(isl.DEFAULT_CONTEXT, schedule))
-    emitter = _TracingEmitter(program, {p: p for p in program.params}, C.Helpers())
+    emitter = _TracingEmitter(program, {p: p for p in program.params}, Helpers())
     ours = str(emitter.emit(node))
     assert not emitter.outlined  # no marks in these trees: one function each
     source = (TRACE_PRELUDE + "void run_polycomp(void)\n{\n" + ours + "\n}\n"

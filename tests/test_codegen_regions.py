@@ -1,4 +1,4 @@
-"""One OpenMP region around a sequential loop (codegen/c.py, ``_shares_one_region``).
+"""One OpenMP region around a sequential loop (codegen/openmp.py, ``shares_one_region``).
 
 A time loop or a wavefront around parallel loops is printed as one ``omp parallel``
 region holding the sequential loop, with an ``omp for`` per parallel loop, instead of

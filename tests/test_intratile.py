@@ -54,7 +54,7 @@ def expect_member(node, k, program, statement, text):
 
 
 def simd_band(schedule):
-    (mark,) = marks(schedule, T.MARK_SIMD)
+    (mark,) = marks(schedule, T.MARK_VECTOR)
     return mark.child(0)
 
 
@@ -144,7 +144,7 @@ def test_a_reduction_on_the_unit_stride_loop_is_not_traded_for_simd_with_gathers
     # innermost, a scalar reduction, unmarked
     program = row_sums()
     schedule, deps = scheduled(program, scheduler="isl", tile_sizes=(8, 8))
-    assert not marks(schedule, T.MARK_SIMD)
+    assert not marks(schedule, T.MARK_VECTOR)
     check_schedule(schedule, deps)
 
 
@@ -162,7 +162,7 @@ def test_no_simd_mark_when_every_point_loop_carries_a_dependence():
     deps = compute_dependences(program)
     tree = band_schedule(program, ["[N] -> { S0[i, j] -> [(i)] }", "[N] -> { S0[i, j] -> [(j)] }"])
     schedule = run_passes(tree, program, deps, Options(tile_sizes=(4, 8)))
-    assert not marks(schedule, T.MARK_SIMD)
+    assert not marks(schedule, T.MARK_VECTOR)
     check_schedule(schedule, deps)
 
 
@@ -183,22 +183,22 @@ def test_a_point_loop_under_a_parallel_mark_stays_outermost():
 def test_options_turn_simd_and_unroll_off():
     program = matmul()
     schedule, _ = scheduled(program, scheduler="isl", tile_sizes=(32, 32, 8), vectorize=False)
-    assert not marks(schedule, T.MARK_SIMD)
+    assert not marks(schedule, T.MARK_VECTOR)
     assert any(T.is_band(n) and n.band_member_get_ast_loop_type(0) == isl.ast_loop_type.unroll
                for n in T.nodes(schedule))
     schedule, _ = scheduled(program, scheduler="isl", tile_sizes=(32, 32, 8), unroll=0)
-    assert marks(schedule, T.MARK_SIMD)
+    assert marks(schedule, T.MARK_VECTOR)
     assert not any(T.is_band(n) and n.band_member_get_ast_loop_type(k) == isl.ast_loop_type.unroll
                    for n in T.nodes(schedule) for k in range(n.band_n_member()))
     schedule, _ = scheduled(program, scheduler="isl", tile_sizes=(32, 32, 8), unroll=0,
                             vectorize=False)
-    assert not marks(schedule, T.MARK_SIMD)
+    assert not marks(schedule, T.MARK_VECTOR)
 
 
 def test_untiled_bands_are_left_alone():
     program = matmul()
     schedule, _ = scheduled(program, scheduler="isl", tile=False)
-    assert not marks(schedule, T.MARK_SIMD)
+    assert not marks(schedule, T.MARK_VECTOR)
     assert sum(1 for n in T.nodes(schedule) if T.is_band(n)) == 1
 
 
@@ -269,7 +269,7 @@ def test_statements_fused_with_a_shift_get_one_vector_loop_each():
     sizes = {"T": 20, "N": 300}
     schedule, deps = scheduled(program.specialize(sizes), scheduler="pluto",
                                tile_sizes=(8, 64))
-    simd = marks(schedule, T.MARK_SIMD)
+    simd = marks(schedule, T.MARK_VECTOR)
     assert len(simd) == 2
     for mark in simd:
         band = mark.child(0)

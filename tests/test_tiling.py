@@ -281,7 +281,7 @@ def test_wavefront_tiled_seidel_is_bit_identical(tiles):
     result = check_against_reference(definition(program), {"T": 9, "N": 40}, options)
     assert result.ok, result.mismatches
     kernel = polycomp.compile_program(program, sizes={"T": 9, "N": 40}, **options)
-    # one region around the wavefront loop, a worksharing loop per front (codegen/c.py)
+    # one region around the wavefront loop, a worksharing loop per front (codegen/openmp.py)
     assert "#pragma omp for" in kernel.c_source
 
 

@@ -1,4 +1,4 @@
-"""Vector math (codegen/c.py, polycomp/build.py): simd loops that call exp, log, tanh,
+"""Vector math (codegen/openmp.py, polycomp/build.py): simd loops that call exp, log, tanh,
 erf, ... use glibc's libmvec where the system has it. Its error bound is what we state:
 at most 4 ulp from the correctly rounded value over the ranges below (float32 and
 float64), checked here against numpy in float64/longdouble."""

@@ -1,0 +1,379 @@
+"""The OpenMP dialect of the C-family printer: the ``Source`` of one kernel for CPUs.
+
+Place in the pipeline: the code generator of the ``openmp`` target
+(polycomp/targets/openmp.py), after the schedule is checked. Input: a Program, its
+schedule tree (with marks), Options, the dependences the schedule was checked against.
+Output: a C translation unit with the entry of codegen/c.py (``CPrinter``), which prints
+statements, loops and arrays; this module adds what the marks mean in OpenMP.
+
+A loop under a ``parallel`` mark gets ``#pragma omp parallel for``; its body, when it
+holds loops, is outlined into a ``static`` noipa (clang: noinline) function that takes
+the arrays as ``restrict`` parameters again (gcc drops ``restrict`` in the function it
+outlines for an OpenMP region, and without it cannot keep values in registers across the
+jammed statements of a register tile; noipa because gcc 12.2 deleted calls to a noinline
+body). A body of statements only stays inline, where gcc can vectorise the loop. A loop
+under a ``vector`` mark gets ``#pragma omp simd``, with ``simdlen(n)`` when the mark's id
+carries the lane count n (scheduler/intratile.py); the statements the mark names as
+reductions along the loop (scheduler/reductions.py) accumulate in a local under
+``reduction(op: local)``, and a nest's reduction targets above a vector loop may live in
+local arrays (registers: codegen/promote.py). A status set inside parallel code is an
+``omp atomic write``. The <math.h> functions that libmvec has vector forms of are
+declared with the simd attribute, each under a macro the build defines only where the
+system has them.
+
+One region around a sequential loop. A time loop or a wavefront around a parallel loop
+would fork and join a thread team at each of its iterations; when nothing but loops,
+ifs and parallel loops lies between the outermost such sequential loop and the parallel
+loops below it (no statement that every thread would run redundantly), the team is
+started once around it and each parallel loop becomes a worksharing loop:
+
+    for (long c0 = 0; c0 <= 4; c0 += 1)             #pragma omp parallel
+    {                                               {
+      #pragma omp parallel for                        for (long c0 = 0; c0 <= 4; c0 += 1)
+      for (long c1 = 1; c1 <= 38; c1 += 1)   ->       {
+        S0(c0, c1);                                     #pragma omp for
+      #pragma omp parallel for                          for (long c1 = 1; c1 <= 38; c1 += 1)
+      for (long c1 = 1; c1 <= 38; c1 += 1)                S0(c0, c1);
+        S1(c0, c1);                                     #pragma omp for
+    }                                                   for (long c1 = 1; c1 <= 38; c1 += 1)
+                                                          S1(c0, c1);
+                                                      }
+                                                    }
+
+Every thread runs the sequential loops' control itself (iterators declared in the
+``for`` are private; bounds and conditions read only sizes and outer iterators, so all
+threads meet the same worksharing loops in the same order), and the barrier that ends
+each ``omp for`` keeps the order the region-per-iteration form had. ``polycomp_status``
+is declared before the region, so it is shared; its writes stay atomic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import cgen as c
+import islpy as isl
+
+from polycomp import islutil as U
+from polycomp.errors import InternalError
+from polycomp.ir import Program, Statement
+from polycomp.options import Options
+from polycomp.scheduler import tree as T  # mark names
+
+from . import promote
+from .ast import build_ast
+from .c import (STATUS, CPrinter, declarator, entry_arguments, entry_name, has_loop,
+                mark_user, marked_loop)
+from .cexpr import CTYPES, PRIMARY, VECTOR_MATH, Helpers
+from .names import c_name
+from .source import CArgument, Source
+
+node_type = isl.ast_node_type
+
+PRELUDE = """#include <stdbool.h>
+#include <stdint.h>
+#include <math.h>"""
+
+# what each loop mark is in OpenMP (a parallel loop inside a team: "omp for")
+PRAGMAS = {T.MARK_PARALLEL: "omp parallel for", T.MARK_VECTOR: "omp simd"}
+# OpenMP reduction identifiers of the reductions a simd loop may accumulate
+REDUCTION_CLAUSE = {"+": "+", "*": "*", "max": "max", "min": "min"}
+
+# The attribute of outlined parallel-loop bodies. noinline alone is not enough for gcc
+# 12.2: its ipa-pure-const/modref analysis judged such a body free of side effects and
+# deleted the calls (-O1 and up; reliability/gcc12_ipa_pure_const.c). noipa (gcc >= 8)
+# keeps every interprocedural analysis away from it; clang has no noipa (it warns and
+# ignores unknown attributes) and keeps the calls with noinline.
+OUTLINED_MACRO = """#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8
+#define POLYCOMP_OUTLINED __attribute__((noipa))
+#else
+#define POLYCOMP_OUTLINED __attribute__((noinline))
+#endif"""
+OUTLINED = "POLYCOMP_OUTLINED"
+
+
+def generate_openmp(program: Program, schedule: isl.Schedule, options: Options,
+                    ordered: isl.UnionMap) -> Source:
+    """The C file for ``schedule``; ``ordered``, the dependences the schedule was checked
+    against, is what its AST must keep forward (codegen/verify.py)."""
+    helpers = Helpers()
+    names = {p: c_name(p) for p in program.params}
+    arguments = entry_arguments(program)
+    printer = OpenMPPrinter(program, names, helpers)
+    scratch = [a for a in program.arrays if a.role == "scratch"]
+    printer.outline_arguments = arguments + tuple(
+        CArgument("array", a.name, CTYPES[a.dtype], a.dtype) for a in scratch)
+    ast = build_ast(program, schedule, ordered)
+    function, heap = printer.entry(ast, arguments, scratch)
+    # user text in a comment is escaped too: a name holding `*/` would end the comment
+    header = (f"/* {c_name(program.name)}: generated by polycomp "
+              f"(scheduler={c_name(options.scheduler)}) */")
+    parts = [header, PRELUDE + ("\n#include <stdlib.h>" if heap else "")]
+    vector_math = sorted(helpers.math & set(VECTOR_MATH))
+    if vector_math and not options.exact_fp:  # exact_fp: the scalar functions' rounding
+        parts.append(vector_math_declarations(vector_math))
+    if helpers.used:
+        parts.append(helpers.text())
+    if printer.outlined:
+        parts.append(OUTLINED_MACRO)
+    parts += [str(f) for f in printer.outlined]
+    parts.append(str(function))
+    text = "\n\n".join(parts).replace("(void )", "(void)") + "\n"
+    return Source(text, "c", entry_name(program), arguments)
+
+
+def vector_math_declarations(names: list[str]) -> str:
+    """``float expf(float) __attribute__((simd))`` for each function, each under the
+    macro the build defines when libmvec has its vector forms (glibc 2.22/2.35)."""
+    lines = ["/* glibc's libmvec: simd loops call the vector forms of these */"]
+    for name in names:
+        ctype = "float" if name.endswith("f") else "double"
+        params = ", ".join([ctype] * VECTOR_MATH[name])
+        lines += [f"#ifdef POLYCOMP_MVEC_{name}",
+                  f'{ctype} {name}({params}) __attribute__((__simd__("notinbranch")));',
+                  "#endif"]
+    return "\n".join(lines)
+
+
+class OpenMPPrinter(CPrinter):
+    """CPrinter with the OpenMP meaning of the marks (module doc)."""
+
+    def __init__(self, program: Program, names: dict[str, str], helpers: Helpers):
+        super().__init__(program, names, helpers)
+        self.outlined: list[c.FunctionBody] = []  # bodies of parallel loops
+        # inside an `omp parallel` region around a sequential loop, outside any parallel
+        # loop: a parallel mark then prints a worksharing `omp for`
+        self.in_region = False
+        self.in_parallel_loop = False  # in a parallel loop's body: never another region
+        self.outline_arguments: tuple[CArgument, ...] = ()
+        # in a simd loop: its iterator, and target text -> (local, C type, reduction op)
+        self.vector_loop: str | None = None
+        self.vector_reductions: frozenset[str] = frozenset()
+        self.vector_guarded = 0  # ifs and loops entered inside the simd loop's body
+        self.vector_unsafe = False  # a reduction along it sits under one of them
+        self.accumulators: dict[str, tuple[str, str, str]] = {}
+        self.n_accumulators = 0
+        # in a nest whose reduction targets live in locals (codegen/promote.py): the nest,
+        # and target text -> (local, C type)
+        self.promotion: promote.Nest | None = None
+        self.promoted: dict[str, tuple[str, str]] = {}
+        self.n_promoted = 0
+
+    def _for_node(self, node: isl.AstNode) -> c.Generable:
+        if not (self.in_region or self.in_parallel_loop) and shares_one_region(node):
+            return self._region(node)
+        return self._for(node)
+
+    def _if(self, node: isl.AstNode) -> c.Generable:
+        self.vector_guarded += 1  # what runs under it runs only where it holds
+        try:
+            return super()._if(node)
+        finally:
+            self.vector_guarded -= 1
+
+    def _region(self, node: isl.AstNode) -> c.Generable:
+        """The sequential loop ``node`` inside one ``omp parallel`` region (module doc)."""
+        self.in_region = True
+        try:
+            loop = self._for(node)
+        finally:
+            self.in_region = False
+        return c.Collection([c.Pragma("omp parallel"), c.Block([loop])])
+
+    def _for(self, node: isl.AstNode, pragma: str | None = None,
+             body: Callable[[], c.Generable] | None = None, *,
+             outline: bool = False) -> c.Generable:
+        if pragma is None and not outline and self.promotion is None:
+            nest = promote.promotable(node, self.program, self.statements, self.scope,
+                                      self.vector_reductions)
+            if nest is not None:
+                promoted = self._promoted(node, nest)
+                if promoted is not None:
+                    return promoted
+        it = node.for_get_iterator().get_id().get_name()
+        # below a parallel loop every thread runs its own iterations: no worksharing there
+        saved = self.in_region, self.in_parallel_loop
+        if pragma is not None and not pragma.startswith("omp simd"):
+            self.in_region, self.in_parallel_loop = False, True
+        inner = self.vector_loop is not None and it != self.vector_loop
+        self.vector_guarded += inner  # a loop inside a simd loop may run no iteration
+        if outline:
+            body = lambda: self._outline(node.for_get_body())  # noqa: E731
+        try:
+            return super()._for(node, pragma, body)
+        finally:
+            self.in_region, self.in_parallel_loop = saved
+            self.vector_guarded -= inner
+
+    def _loop_mark(self, name: str, mark: isl.Id, loop: isl.AstNode) -> c.Generable:
+        if name not in PRAGMAS:
+            return super()._loop_mark(name, mark, loop)
+        pragma = PRAGMAS[name]
+        if name == T.MARK_VECTOR:
+            return self._vector_for(loop, pragma + simdlen(mark), vector_reductions(mark))
+        if self.in_region:
+            pragma = "omp for"  # the team exists already (_region)
+        # a body without loops stays inline: a call per iteration would keep gcc from
+        # vectorising the parallel loop (atax: one call per element of y)
+        return self._for(loop, pragma, outline=has_loop(loop.for_get_body()))
+
+    def _vector_for(self, node: isl.AstNode, pragma: str,
+                    reductions: frozenset[str]) -> c.Generable:
+        """A simd loop. The ``reductions`` (statements that reduce along it:
+        scheduler/reductions.py annotated the mark, legality.vector_reduction_ok allowed
+        it) have their target read into a local before the loop, updated there under
+        ``reduction(op: local)``, and stored after it."""
+        saved = (self.vector_loop, self.accumulators, self.vector_reductions,
+                 self.vector_guarded, self.vector_unsafe)
+        iterator = node.for_get_iterator().get_id().get_name()
+        self.vector_loop = iterator
+        self.accumulators = {}
+        self.vector_reductions = reductions
+        self.vector_guarded, self.vector_unsafe = 0, False
+        try:
+            loop = self._for(node, pragma)
+            accumulators, unsafe = self.accumulators, self.vector_unsafe
+        finally:
+            (self.vector_loop, self.accumulators, self.vector_reductions,
+             self.vector_guarded, self.vector_unsafe) = saved
+        if unsafe:
+            # a reduction along the loop under a guard inside it: its target may not
+            # exist where the guard fails, so it cannot be loaded before the loop; the
+            # loop stays scalar (a simd loop would carry the reduction through memory)
+            return self._for(node)
+        if not accumulators:
+            return loop
+        clauses = " ".join(f"reduction({REDUCTION_CLAUSE[op]}:{name})"
+                           for name, _, op in accumulators.values())
+        pragma_line, for_loop = loop.contents
+        # the targets are loaded and stored only when the loop runs at least once
+        first = self._expr(node.for_get_init()).at(PRIMARY)
+        runs = re.sub(rf"\b{re.escape(iterator)}\b", first, self._expr(node.for_get_cond()).code)
+        return c.If(runs, c.Block(
+            [c.Line(f"{ctype} {name} = {target};")
+             for target, (name, ctype, _) in accumulators.items()]
+            + [c.Pragma(f"{pragma} {clauses}"), for_loop]
+            + [c.Statement(f"{target} = {name}")
+               for target, (name, _, _) in accumulators.items()]))
+
+    def _promoted(self, node: isl.AstNode, nest: promote.Nest) -> c.Generable | None:
+        """The nest at ``node`` with its reduction targets in local arrays, loaded
+        before it and stored after it (codegen/promote.py); None when the targets' texts
+        do not match promote's count of distinct targets (then nothing is promoted)."""
+        saved = self.promotion, self.promoted, self.n_promoted
+        self.promotion, self.promoted = nest, {}
+        try:
+            loop = self._for(node)
+            promoted = self.promoted
+        finally:
+            self.promotion, self.promoted, self.n_promoted = saved
+        if len(promoted) != nest.targets:
+            return None
+        self.n_promoted += len(promoted)
+        it, first, last = nest.iterator, nest.first, nest.last
+        # the targets are touched only when the nest runs at least once; its loops'
+        # bounds depend on the loops around it only (promote.py)
+        runs = " && ".join(
+            re.sub(rf"\b{re.escape(loop.for_get_iterator().get_id().get_name())}\b",
+                   self._expr(loop.for_get_init()).at(PRIMARY),
+                   self._expr(loop.for_get_cond()).code) for loop in nest.loops)
+        lanes = f"for (long {it} = {first}; {it} <= {last}; {it} += 1)"
+        load = " ".join(f"{local}[{it} - {first}] = {target};"
+                        for target, (local, _) in promoted.items())
+        store = " ".join(f"{target} = {local}[{it} - {first}];"
+                         for target, (local, _) in promoted.items())
+        return c.Block(
+            [c.Line(f"{ctype} {local}[{last - first + 1}];") for local, ctype in promoted.values()]
+            + [c.If(runs, c.Line(f"{lanes} {{ {load} }}")), loop,
+               c.If(runs, c.Line(f"{lanes} {{ {store} }}"))])
+
+    def accumulator(self, stmt: Statement, target: str) -> str:
+        """The local that accumulates ``target`` in the enclosing simd loop (or in the
+        promoted nest), or ``target`` itself when the statement is no reduction along
+        that loop."""
+        if self.promotion is not None and stmt.name in self.promotion.statements:
+            if target not in self.promoted:
+                self.promoted[target] = (f"polycomp_reg{self.n_promoted + len(self.promoted)}",
+                                         CTYPES[stmt.target.dtype])
+            return f"{self.promoted[target][0]}[{self.promotion.iterator} - {self.promotion.first}]"
+        if (self.vector_loop is None or stmt.name not in self.vector_reductions
+                or stmt.reduction not in REDUCTION_CLAUSE):
+            return target
+        if self.vector_guarded:
+            self.vector_unsafe = True
+            return target
+        if re.search(rf"\b{re.escape(self.vector_loop)}\b", target):
+            raise InternalError(f"codegen: the target {target} of {stmt.name} changes along "
+                                f"the simd loop {self.vector_loop} it reduces along")
+        if target not in self.accumulators:
+            name = f"polycomp_acc{self.n_accumulators}"
+            self.n_accumulators += 1
+            self.accumulators[target] = (name, CTYPES[stmt.target.dtype], stmt.reduction)
+        return self.accumulators[target][0]
+
+    def set_status(self, value: str) -> list[c.Generable]:
+        return [c.Pragma("omp atomic write"), c.Statement(f"{STATUS} = {value}")]
+
+    def _outline(self, node: isl.AstNode) -> c.Generable:
+        """``node`` as a static function of the enclosing iterators and the entry's
+        arguments (restrict pointers), and the call that replaces it."""
+        gathers, guards = self.gathers, self.helpers.guards
+        body = self._scoped(lambda: self.emit(node))
+        name = f"{entry_name(self.program)}_par{len(self.outlined)}"
+        args = [(a, declarator(a, self.program)) for a in self.outline_arguments]
+        params = [c.Value("long", it) for it in self.scope] + [c.Value(*d) for _, d in args]
+        self.outlined.append(c.FunctionBody(
+            c.FunctionDeclaration(c.Value(f"static int {OUTLINED}", name), params),
+            c.Block([c.Line(f"int {STATUS} = 0;"), body, c.Statement(f"return {STATUS}")])))
+        call = f"{name}({', '.join(self.scope + [d[1] for _, d in args])})"
+        if self.gathers == gathers and self.helpers.guards == guards:
+            return c.Statement(call)
+        # the body's status (1 gather, 2 division: codegen/cexpr.py) becomes the caller's
+        return c.Block([c.Line(f"int {STATUS}_body = {call};"),
+                        c.If(f"{STATUS}_body", c.Block(self.set_status(f"{STATUS}_body")))])
+
+
+def shares_one_region(node: isl.AstNode) -> bool:
+    """Whether the sequential loop ``node`` can run inside one parallel region whose
+    threads share each parallel loop below it: some parallel loop lies below, and nothing
+    outside the parallel loops runs a statement (every thread would run it) or a simd
+    loop (no worksharing loop may sit inside one)."""
+    found = 0
+
+    def control_only(n: isl.AstNode) -> bool:
+        nonlocal found
+        kind = n.get_type()
+        if kind == node_type.for_:
+            return control_only(n.for_get_body())
+        if kind == node_type.if_:
+            return control_only(n.if_get_then_node()) and (
+                not n.if_has_else_node() or control_only(n.if_get_else_node()))
+        if kind == node_type.block:
+            return all(control_only(child) for child in U.to_list(n.block_get_children()))
+        if kind == node_type.mark:
+            marked = marked_loop(n)
+            if marked == T.MARK_PARALLEL:
+                found += 1
+                return True  # its iterations are shared out: whatever runs inside is fine
+            if marked == T.MARK_VECTOR:
+                return False
+            return control_only(n.mark_get_node())  # no loop of its own: look through it
+        return False  # a statement, or a node kind this emitter does not know
+
+    return control_only(node.for_get_body()) and found > 0
+
+
+def simdlen(mark: isl.Id) -> str:
+    """`` simdlen(n)`` when the mark's id carries a lane count (ids read from text carry
+    none)."""
+    lanes = mark_user(mark)
+    if isinstance(lanes, tuple):  # (lanes, reductions along the loop)
+        lanes = lanes[0]
+    return f" simdlen({lanes})" if isinstance(lanes, int) and lanes > 1 else ""
+
+
+def vector_reductions(mark: isl.Id) -> frozenset[str]:
+    """The statements a vector mark's loop reduces along (reductions.annotate_simd_reductions)."""
+    user = mark_user(mark)
+    return user[1] if isinstance(user, tuple) else frozenset()
