@@ -339,12 +339,12 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
                     def measure_batch(configs, measure=measure):
                         return measure([restricted.complete(c) for c in configs])
                     result = search(space, featurize, measure_batch, budget=budget,
-                                    batch_size=min(8, budget), seed=seed).run()
+                                    seed=seed).run()
             else:
                 def measure_batch(configs):
                     return [run.table[space.key(c)] for c in configs]
                 result = search(space, featurize, measure_batch, budget=budget,
-                                batch_size=min(8, budget), seed=seed).run()
+                                seed=seed).run()
             if result.best_config is None:
                 raise RuntimeError(f"{case.name}: the {name} search found nothing valid")
             run.picks[name].append(space.key(result.best_config))

@@ -312,12 +312,12 @@ def test_sampler_beats_random_search_with_the_same_budget():
     optimum = min(synthetic_time(p) for p in space.points())
     guided, random = [], []
     for seed in range(5):
-        s = Sampler(space, None, synthetic_batch, budget=40, batch_size=8, seed=seed).run()
-        r = RandomSearch(space, None, synthetic_batch, budget=40, batch_size=8, seed=seed).run()
+        s = Sampler(space, None, synthetic_batch, budget=40, seed=seed).run()
+        r = RandomSearch(space, None, synthetic_batch, budget=40, seed=seed).run()
         assert len(s.trials) == len(r.trials) == 40
         guided.append(s.best_time / optimum)
         random.append(r.best_time / optimum)
-    # measured: sampler 1.036 on average (within 1 % of the optimum on 3 of 5 seeds),
+    # measured: sampler 1.059 on average (within 2.5 % of the optimum on 3 of 5 seeds),
     # random 1.198; the default is 5.4 times the optimum
     assert np.mean(guided) < np.mean(random) - 0.1
     assert np.mean(guided) < 1.08
@@ -338,10 +338,15 @@ def test_sampler_bookkeeping():
     assert result.trials[0].source == "default" and result.trials[0].config == space.default
     assert result.default_time == pytest.approx(synthetic_time(space.default))
     assert all(space.contains(t.config) for t in result.trials)
-    assert calls[0] == 8 and sum(calls) == 30 and max(calls) <= 8
+    # round 1: the default, its neighbours (half the rest), random points; then batches
+    assert calls[0] == 6 and sum(calls) == 30 and max(calls) <= 8
+    assert [t.source for t in result.trials[:6]] == ["default"] + ["neighbour"] * 3 + \
+        ["random"] * 2
+    neighbours = [space.key(c) for c in space.neighbours(space.default)]
+    assert all(space.key(t.config) in neighbours for t in result.trials[1:4])
     assert result.curve == sorted(result.curve, reverse=True)  # best so far never rises
     assert result.curve[-1] == result.best_time == min(t.time for t in result.trials)
-    assert {t.source for t in result.trials[8:]} <= {"model", "random"}
+    assert {t.source for t in result.trials[6:]} <= {"model", "random"}
     assert any(t.source == "model" for t in result.trials)
     assert result.speedup > 1 and result.stopped == "budget"
 
@@ -353,7 +358,8 @@ def test_sampler_measures_seeds_first_and_stops_on_patience():
     flat = Sampler(space, None, lambda cs: [1.0] * len(cs), budget=200, batch_size=4,
                    seed=0, patience=10, seeds=[seed_config]).run()
     assert flat.trials[1].source == "seed" and flat.trials[1].config == seed_config
-    assert flat.stopped == "patience" and len(flat.trials) == 12  # 1 gain, then 10 without
+    # 1 gain, then 10 without: stopped after the batch in which the 10th came
+    assert flat.stopped == "patience" and 11 <= len(flat.trials) <= 11 + 3
 
 
 def test_sampler_survives_failures_and_exhausts_a_small_space():

@@ -373,7 +373,8 @@ def prepare(source_or_kernel: object, sizes: Mapping[str, int] | None = None, *,
 def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trials: int = 64,
          executor: Any = None, records: object = None, *, entry: str | None = None,
          inputs: Sequence[Any] | None = None, seed: int = 0, timeout: float = 120.0,
-         time_budget: float = TIME_BUDGET, batch_size: int = 8, patience: int | None = None,
+         time_budget: float = TIME_BUDGET, batch_size: int | None = None,
+         patience: int | None = None,
          rtol: float | None = None, atol: float | None = None,
          measure: Any = None, search: str = "model", progress: Any = None,
          confirm: bool = True, **options: object) -> TuneResult:
@@ -423,9 +424,9 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
     with Measurer(measure or measure_trial, (spec,), executor=executor, timeout=timeout,
                   reference=prepared.reference, rtol=prepared.rtol, atol=prepared.atol,
                   on_outcome=progress) as measurer:
+        batch = {} if batch_size is None else {"batch_size": min(batch_size, trials)}
         result = SEARCHES[search](space, prepared.featurize, measurer, budget=trials,
-                                  batch_size=min(batch_size, trials), seed=seed,
-                                  patience=patience, seeds=seeds).run()
+                                  seed=seed, patience=patience, seeds=seeds, **batch).run()
         if confirm and measure is None:  # a caller's own measure times something else
             result = confirm_result(result, measurer, spec, space)
     if db is not None:

@@ -281,8 +281,8 @@ def tune_model(model: object, shapes: Mapping[str, Sequence[int]] | None = None,
             reference=prepared.reference, rtol=prepared.rtol, atol=prepared.atol,
             on_outcome=(lambda o, n=name: progress(n, o)) if progress else None)
         search = Sampler(prepared.space, prepared.featurize, measurer, budget=budget,
-                         batch_size=BATCH, seed=seed, seeds=_seeds(db, prepared))
-        search.first_batch = FIRST_BATCH
+                         batch_size=BATCH, seed=seed, seeds=_seeds(db, prepared),
+                         first_batch=FIRST_BATCH)
         tasks.append(BudgetTask(name, seconds, search))
         prepared_of[name] = (prepared, measurer, nodes, runs)
     say(f"tuning {len(tasks)} kernels with {budget} measurements")

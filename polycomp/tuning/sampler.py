@@ -10,11 +10,14 @@ the best time after each measurement, and every trial.
 ``Sampler`` (model-guided):
 
 1. Round 1 measures the default (the analytical model's choice), any ``seeds`` (e.g. a
-   record's best at other sizes, projected into the space), then random valid points.
+   record's best at other sizes, projected into the space), the default's neighbours
+   (one step along one knob), then random valid points, FIRST_BATCH in all.
 2. A cost model (cost_model.py) is fitted on the features and log times of every trial
    so far; an invalid trial counts as twice the slowest valid one, which steers the
    search off the regions that fail without refusing them outright.
-3. Later rounds evolve the best measured configurations: each generation mutates every
+3. Later rounds, in batches of BATCH: in a space of at most RANK_ALL points the model
+   ranks every unmeasured configuration and the best ranked are measured. In a larger
+   one they evolve the best measured configurations: each generation mutates every
    member of a population along one knob (space.mutate) and keeps a child when the
    model ranks it better than its parent, or else with the simulated-annealing
    probability exp(-Δ/T) (Δ in standardised predicted log time, T cooling to zero over
@@ -43,6 +46,15 @@ from .space import Config, TuningSpace
 
 # a trial that failed counts, for the model, as this many times the slowest valid one
 INVALID_PENALTY = 2.0
+# the Sampler's batches: round 1 (the default, the seeds, the default's neighbours, then
+# random points) and each later one; small, so that the model is refitted often (a
+# replay of measured sweeps, benchmarks/tuning.py, found 6 then 4 better within 16
+# measurements than 8 then 8, which leaves the model one round)
+FIRST_BATCH = 6
+BATCH = 4
+# spaces of at most this many points are ranked whole by the model; larger ones are
+# explored by the evolutionary walk
+RANK_ALL = 4096
 
 
 @dataclass(frozen=True)
@@ -166,9 +178,16 @@ class _Search:
         if self.round == 0:
             first = [(self.space.default, "default")] + [(s, "seed") for s in self.seeds]
             batch = self._unique(first)
+            batch += self._first_points(max(0, min(self.first_batch, room) - len(batch)),
+                                        avoid={self.space.key(c) for c, _ in batch})
             return batch + self._random(max(0, min(self.first_batch, room) - len(batch)),
                                         avoid={self.space.key(c) for c, _ in batch})
         return self._propose(min(self.batch_size, room))
+
+    def _first_points(self, n: int, avoid: set) -> list[tuple[Config, str]]:
+        """What round 1 adds after the default and the seeds (random search: nothing
+        but random points, which the caller adds)."""
+        return []
 
     def _propose(self, n: int) -> list[tuple[Config, str]]:
         return self._random(n)
@@ -252,15 +271,16 @@ class Sampler(_Search):
     """
 
     def __init__(self, space: TuningSpace, featurize=None, measure_batch=None, budget: int = 64,
-                 batch_size: int = 8, seed: int = 0, patience: int | None = None,
+                 batch_size: int = BATCH, seed: int = 0, patience: int | None = None,
                  seeds: Sequence[Mapping[str, int]] = (), min_gain: float = 0.0, *,
-                 model: Callable[[], Any] = CostModel, explore: float = 0.2,
+                 model: Callable[[], Any] = CostModel, explore: float = 0.0,
                  parents: int = 4, generations: int = 6, children: int = 4,
-                 temperature: float = 0.5):
+                 temperature: float = 0.5, first_batch: int = FIRST_BATCH):
         if measure_batch is None:
             raise ValueError("Sampler needs measure_batch")
         super().__init__(space, featurize, measure_batch, budget, batch_size, seed, patience,
                          seeds, min_gain)
+        self.first_batch = first_batch
         self.model_factory = model
         self.explore = explore
         self.parents, self.generations, self.children = parents, generations, children
@@ -282,6 +302,18 @@ class Sampler(_Search):
         X = np.array([self.featurize(c) for c in configs], dtype=float)
         return np.asarray(self.model.predict(X), dtype=float)
 
+    def _first_points(self, n: int, avoid: set) -> list[tuple[Config, str]]:
+        """Up to half of ``n``: the default's neighbours, one step along one knob (a
+        random choice of them): the analytical choice is usually near a good point, and
+        they show the model each knob's slope there; the random rest of the batch shows
+        it the space (a default far from the optimum is all slope)."""
+        n = (n + 1) // 2
+        near = [c for c in self.space.neighbours(self.space.default)
+                if self.space.key(c) not in avoid and self.space.key(c) not in self.seen]
+        if len(near) > n:
+            near = [near[i] for i in sorted(self.rng.choice(len(near), n, replace=False))]
+        return [(c, "neighbour") for c in near]
+
     def _propose(self, n: int) -> list[tuple[Config, str]]:
         if n <= 0:
             return []
@@ -290,12 +322,22 @@ class Sampler(_Search):
         n_random = int(round(self.explore * n))
         if n - n_random <= 0:
             return self._random(n)
-        pool = self._evolve()
+        pool = self._ranked_space() if self.space.size() <= RANK_ALL else self._evolve()
         ranked = sorted(pool.items(), key=lambda item: item[1][1])
         picked = [(config, "model") for _, (config, _) in ranked[:n - n_random]]
         taken = {self.space.key(c) for c, _ in picked}
         picked += self._random(n - len(picked), avoid=taken)
         return picked
+
+    def _ranked_space(self) -> dict[tuple[int, ...], tuple[Config, float]]:
+        """Every unmeasured valid configuration with its prediction (a small space:
+        ranking all of it costs less than one measurement, and misses nothing an
+        evolutionary walk would have to stumble on)."""
+        points = [c for c in self.space.points() if self.space.key(c) not in self.seen]
+        if not points:
+            return {}
+        scores = self._predict(points)
+        return {self.space.key(c): (c, float(v)) for c, v in zip(points, scores)}
 
     def _evolve(self) -> dict[tuple[int, ...], tuple[Config, float]]:
         """Unmeasured configurations met by the model-guided walk, with predictions."""
