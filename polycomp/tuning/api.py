@@ -159,7 +159,7 @@ def measure_trial(config: Mapping[str, int], spec: TrialSpec) -> tuple[float, tu
 
 
 def confirm_candidates(spec: TrialSpec, configs: Sequence[Mapping[str, int]],
-                       rounds: int = None) -> list[float]:  # type: ignore[assignment]
+                       rounds: int | None = None) -> list[float]:
     """Seconds per configuration, re-measured side by side (in a measuring child):
     every kernel compiled and warmed up first, then ``rounds`` rounds in which each
     takes a turn (the order rotating, so none is always first or last) of an untimed

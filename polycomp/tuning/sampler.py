@@ -87,7 +87,7 @@ class TuneResult:
     # with, and band_config when some trial was valid)
     best_options: dict[str, Any] = field(default_factory=dict)
     # polycomp.tune: the search's best candidates and the default re-measured in
-    # interleaved rounds (api.confirm), (configuration, seconds) each; best_time and
+    # interleaved rounds (api.confirm_result), (configuration, seconds) each; best_time and
     # default_time are then these seconds, the curve keeps the search's
     confirmed: list[tuple[Config, float]] = field(default_factory=list)
 
@@ -129,7 +129,8 @@ class _Search:
         self.since_gain = 0
         self.round = 0
         self.stopped = ""  # why the search ended (budget, patience, exhausted)
-        # round 1: the default, the seeds and random points up to this many
+        # round 1: the default, the seeds (the Sampler: the default's neighbours)
+        # and random points, up to this many
         self.first_batch = batch_size
 
     # ------------------------------------------------------------------ the loop
