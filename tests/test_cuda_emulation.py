@@ -1,7 +1,9 @@
 """The CPU emulation of CUDA in polycomp/targets/polycomp_cuda.h (the `cuda-emulated`
 target's runtime), on hand-written .cu files that use the header's contract.
 
-Each .cu is compiled by g++ -std=c++20 -pthread -Wall -Wextra -Werror: as a shared
+The kernels run in both of the emulation's kinds of block threads: fibers (the default)
+and OS threads (-DPOLYCOMP_EMULATION_THREADS, which ThreadSanitizer builds get). Each
+.cu is compiled by g++ -std=c++20 -pthread -Wall -Wextra -Werror: as a shared
 library called by ctypes on numpy arrays, or as a small executable (a `main` in the
 test's text) where the test needs a time limit (a hang) or ThreadSanitizer (whose
 runtime then need not be preloaded into Python). The ThreadSanitizer tests build a block
@@ -61,6 +63,10 @@ def address(array: np.ndarray) -> int:
 
 P, L = ctypes.c_void_p, ctypes.c_long
 
+# the emulation's two kinds of block threads: the -D flags that pick each
+MODES = {"fibers": (), "threads": ("-DPOLYCOMP_EMULATION_THREADS",)}
+mode = pytest.mark.parametrize("mode", list(MODES))
+
 
 # --------------------------------------------------------------------- vector add
 
@@ -94,8 +100,10 @@ extern "C" int polycomp_vadd(long n, const float *a, const float *b, float *c) {
 """
 
 
-def test_vector_add_matches_numpy(tmp_path):
-    vadd = load(compile_cu(tmp_path, "vadd", VADD, library=True), "polycomp_vadd", L, P, P, P)
+@mode
+def test_vector_add_matches_numpy(tmp_path, mode):
+    vadd = load(compile_cu(tmp_path, "vadd", VADD, library=True, extra=MODES[mode]),
+                "polycomp_vadd", L, P, P, P)
     rng = np.random.default_rng(0)
     for n in (1, 128, 1000):
         a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
@@ -165,9 +173,10 @@ int main() {
 """
 
 
-def test_block_reduction_in_shared_memory(tmp_path):
-    block_sum = load(compile_cu(tmp_path, "reduce", REDUCTION, library=True),
-                     "polycomp_block_sum", L, P, P)
+@mode
+def test_block_reduction_in_shared_memory(tmp_path, mode):
+    block_sum = load(compile_cu(tmp_path, "reduce", REDUCTION, library=True,
+                                extra=MODES[mode]), "polycomp_block_sum", L, P, P)
     rng = np.random.default_rng(1)
     blocks = 5
     data = rng.integers(-50, 50, blocks * 256).astype(np.float32)
@@ -224,8 +233,9 @@ extern "C" int polycomp_scale(long rows, long cols, const double *in, double *ou
 """
 
 
-def test_2d_grid_of_2d_blocks(tmp_path):
-    scale = load(compile_cu(tmp_path, "grid2d", GRID_2D, library=True),
+@mode
+def test_2d_grid_of_2d_blocks(tmp_path, mode):
+    scale = load(compile_cu(tmp_path, "grid2d", GRID_2D, library=True, extra=MODES[mode]),
                  "polycomp_scale", L, L, P, P, P)
     rows, cols = 10, 19  # 3 x 3 blocks of 8 x 4, ragged in both directions
     data = np.random.default_rng(2).random((rows, cols))
@@ -282,8 +292,10 @@ int main() {
 """
 
 
-def test_early_return_before_barriers_does_not_hang(tmp_path):
-    program = compile_cu(tmp_path, "early", EARLY_RETURN_MAIN, library=False)
+@mode
+def test_early_return_before_barriers_does_not_hang(tmp_path, mode):
+    program = compile_cu(tmp_path, "early", EARLY_RETURN_MAIN, library=False,
+                         extra=MODES[mode])
     try:
         done = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
@@ -374,9 +386,10 @@ extern "C" int polycomp_accumulate(float *f, double *d, int *i, long long *l, in
 """
 
 
-def test_atomics_and_min_max(tmp_path):
-    accumulate = load(compile_cu(tmp_path, "atomics", ATOMICS, library=True),
-                      "polycomp_accumulate", *[P] * 7)
+@mode
+def test_atomics_and_min_max(tmp_path, mode):
+    accumulate = load(compile_cu(tmp_path, "atomics", ATOMICS, library=True,
+                                 extra=MODES[mode]), "polycomp_accumulate", *[P] * 7)
     f, d = np.zeros(1, np.float32), np.zeros(1, np.float64)
     i, l, hi, lo = (np.zeros(1, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int32),
                     np.zeros(1, np.int32))

@@ -16,6 +16,7 @@
  *   POLYCOMP_FREE(ptr)                  frees `ptr` and sets it to a null pointer
  *   POLYCOMP_LAUNCH(kernel, grid, block, args...)   kernel<<<grid, block>>>(args...)
  *   POLYCOMP_LAUNCH_CHECK()             after each launch: a refused launch fails here
+ *                                       (in the emulation, POLYCOMP_LAUNCH itself fails)
  *   POLYCOMP_SYNC()                     waits for the device; a kernel's fault fails here
  *
  * Status codes (beside codegen/c.py's 1-3; polycomp/cuda.py STATUS_MESSAGES mirrors
@@ -88,11 +89,11 @@
 #else
 /* ------------------------------------------------------------- CPU emulation
  *
- * One launch runs its blocks one at a time, in order (x fastest, then y, then z), on
- * blockDim.x*y*z host threads started for the launch, each with its own threadIdx.
- * Because only one block runs at a time, a `__shared__` array is a plain `static`: the
- * one copy serves the running block. Launches in a process run one at a time (a mutex)
- * for the same reason: two concurrent launches of one kernel would share its statics.
+ * One launch runs its blocks one at a time, in order (x fastest, then y, then z), each
+ * on blockDim.x*y*z threads of its own, each thread with its own threadIdx. Because
+ * only one block runs at a time, a `__shared__` array is a plain `static`: the one copy
+ * serves the running block. Launches in a process run one at a time (a mutex) for the
+ * same reason: two concurrent launches of one kernel would share its statics.
  *
  * __syncthreads() is a barrier over the running block's threads. A thread that returns
  * from the kernel counts as arrived at every later barrier of its block, so an early
@@ -101,17 +102,44 @@
  * the emulation pairs the threads' barriers by count and never hangs on them, but the
  * results of such a kernel mean nothing.
  *
- * The barrier is a mutex and a condition variable, not std::barrier: ThreadSanitizer
- * understands pthread mutexes exactly, so a barrier that is there orders the threads'
- * accesses for it, and one that is missing leaves a race it reports.
+ * The block's threads are one of two kinds:
+ *
+ * - fibers (the default): ucontext coroutines on the launching thread, run in order
+ *   0, 1, ... each up to its next barrier (or its end), then again from the first. A
+ *   barrier is a switch, not a wake-up of hundreds of OS threads: two orders of
+ *   magnitude faster on a small machine, and deterministic. Each fiber has a
+ *   POLYCOMP_EMULATION_STACK-byte stack (256 KiB unless defined; a guard page below).
+ * - OS threads (under ThreadSanitizer, or when POLYCOMP_EMULATION_THREADS is defined):
+ *   std::threads started for the launch, meeting at a barrier made of a mutex and a
+ *   condition variable, not std::barrier: ThreadSanitizer understands pthread mutexes
+ *   exactly, so a barrier that is there orders the threads' accesses for it, and one
+ *   that is missing leaves a race it reports (it would see fibers as one thread).
  */
-#include <condition_variable>
+#if defined(__SANITIZE_THREAD__) && !defined(POLYCOMP_EMULATION_THREADS)
+#define POLYCOMP_EMULATION_THREADS 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(POLYCOMP_EMULATION_THREADS)
+#define POLYCOMP_EMULATION_THREADS 1
+#endif
+#endif
+#ifndef POLYCOMP_EMULATION_STACK
+#define POLYCOMP_EMULATION_STACK (256 * 1024)
+#endif
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <type_traits>
 #include <vector>
+#ifdef POLYCOMP_EMULATION_THREADS
+#include <condition_variable>
+#include <thread>
+#else
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+#endif
 
 #define POLYCOMP_EMULATED 1
 
@@ -134,7 +162,7 @@ struct dim3 {
 };
 
 /* gridDim, blockDim and blockIdx are written by the launching thread while the block's
- * threads wait (before they start, or at the barrier between two blocks). */
+ * threads wait (before they start, or between two blocks). */
 inline dim3 gridDim;
 inline dim3 blockDim;
 inline uint3 blockIdx;
@@ -142,6 +170,24 @@ inline thread_local uint3 threadIdx;
 
 namespace polycomp_emu {
 
+inline std::mutex &launch_mutex() {
+    static std::mutex mutex;
+    return mutex;
+}
+
+/* CUDA's limits on a launch's configuration */
+inline bool valid_launch(dim3 grid, dim3 block) {
+    unsigned long long threads = 1ULL * block.x * block.y * block.z;
+    return threads >= 1 && threads <= 1024 && block.z <= 64 && grid.x >= 1 &&
+           grid.x <= 2147483647u && grid.y >= 1 && grid.y <= 65535 && grid.z >= 1 &&
+           grid.z <= 65535;
+}
+
+inline uint3 thread_index(unsigned int t, dim3 block) {
+    return uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+}
+
+#ifdef POLYCOMP_EMULATION_THREADS
 /* A reusable barrier for a changing number of threads. */
 class Barrier {
   public:
@@ -188,29 +234,11 @@ class Barrier {
 /* the running block's barrier (__syncthreads) */
 inline Barrier *block_barrier = nullptr;
 
-inline std::mutex &launch_mutex() {
-    static std::mutex mutex;
-    return mutex;
-}
+inline void sync_block() { block_barrier->arrive_and_wait(); }
 
-/* CUDA's limits on a launch's configuration */
-inline bool valid_launch(dim3 grid, dim3 block) {
-    unsigned long long threads = 1ULL * block.x * block.y * block.z;
-    return threads >= 1 && threads <= 1024 && block.z <= 64 && grid.x >= 1 &&
-           grid.x <= 2147483647u && grid.y >= 1 && grid.y <= 65535 && grid.z >= 1 &&
-           grid.z <= 65535;
-}
-
-/* Runs `body` (the kernel call) on every thread of every block of the grid; 0, or
- * POLYCOMP_STATUS_CUDA_LAUNCH when the configuration is out of CUDA's range or the
- * threads cannot be started (then nothing ran). */
 template <class Body>
-int launch(dim3 grid, dim3 block, const Body &body) {
-    if (!valid_launch(grid, block)) return POLYCOMP_STATUS_CUDA_LAUNCH;
-    std::lock_guard<std::mutex> serial(launch_mutex());
+int run_grid(dim3 grid, dim3 block, const Body &body) {
     const unsigned int threads = block.x * block.y * block.z;
-    gridDim = grid;
-    blockDim = block;
     Barrier block_sync(threads);
     block_barrier = &block_sync;
     /* `edge`: the launching thread and the block's threads meet there before and after
@@ -218,7 +246,7 @@ int launch(dim3 grid, dim3 block, const Body &body) {
     Barrier edge(threads + 1);
     bool done = false;
     auto worker = [&](unsigned int t) {
-        threadIdx = uint3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+        threadIdx = thread_index(t, block);
         for (;;) {
             edge.arrive_and_wait();
             if (done) return;
@@ -256,9 +284,101 @@ int launch(dim3 grid, dim3 block, const Body &body) {
     return started ? 0 : POLYCOMP_STATUS_CUDA_LAUNCH;
 }
 
+#else
+/* The running block's fibers; `current` is the one running. */
+struct Fibers {
+    enum State : unsigned char { READY, WAITING, DONE };
+    ucontext_t scheduler;
+    std::vector<ucontext_t> contexts;
+    std::vector<State> state;
+    unsigned int current = 0;
+    void (*call)(const void *) = nullptr; /* calls the kernel body */
+    const void *body = nullptr;
+};
+inline Fibers *fibers = nullptr;
+
+inline void fiber_main() {
+    Fibers &f = *fibers;
+    f.call(f.body);
+    f.state[f.current] = Fibers::DONE; /* returning resumes the scheduler (uc_link) */
+}
+
+/* getcontext returns twice, as setjmp does: in a function of its own it leaves the
+ * caller's loop variables alone (-Wclobbered) */
+[[gnu::noinline]] inline void fresh_context(ucontext_t *context) { getcontext(context); }
+
+/* __syncthreads: back to the scheduler until every fiber still running is here */
+inline void sync_block() {
+    Fibers &f = *fibers;
+    f.state[f.current] = Fibers::WAITING;
+    swapcontext(&f.contexts[f.current], &f.scheduler);
+}
+
+template <class Body>
+int run_grid(dim3 grid, dim3 block, const Body &body) {
+    const unsigned int threads = block.x * block.y * block.z;
+    const std::size_t page = sysconf(_SC_PAGESIZE);
+    const std::size_t stack = (POLYCOMP_EMULATION_STACK + page - 1) / page * page;
+    const std::size_t span = page + stack; /* a guard page below each stack */
+    void *memory = mmap(nullptr, span * threads, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) return POLYCOMP_STATUS_CUDA_LAUNCH;
+    char *stacks = static_cast<char *>(memory);
+    for (unsigned int t = 0; t < threads; ++t) mprotect(stacks + t * span, page, PROT_NONE);
+    Fibers f;
+    f.contexts.resize(threads);
+    f.state.resize(threads);
+    f.call = [](const void *b) { (*static_cast<const Body *>(b))(); };
+    f.body = &body;
+    fibers = &f;
+    for (unsigned int z = 0; z < grid.z; ++z)
+        for (unsigned int y = 0; y < grid.y; ++y)
+            for (unsigned int x = 0; x < grid.x; ++x) {
+                blockIdx = uint3{x, y, z};
+                for (unsigned int t = 0; t < threads; ++t) {
+                    ucontext_t &context = f.contexts[t];
+                    fresh_context(&context);
+                    context.uc_stack.ss_sp = stacks + t * span + page;
+                    context.uc_stack.ss_size = stack;
+                    context.uc_link = &f.scheduler;
+                    makecontext(&context, fiber_main, 0);
+                    f.state[t] = Fibers::READY;
+                }
+                /* rounds: every ready fiber runs to its next barrier or its end; a
+                 * round in which none is left running ends the block */
+                for (unsigned int running = threads; running > 0;) {
+                    for (unsigned int t = 0; t < threads; ++t) {
+                        if (f.state[t] != Fibers::READY) continue;
+                        f.current = t;
+                        threadIdx = thread_index(t, block);
+                        swapcontext(&f.scheduler, &f.contexts[t]);
+                        if (f.state[t] == Fibers::DONE) --running;
+                    }
+                    for (Fibers::State &state : f.state)
+                        if (state == Fibers::WAITING) state = Fibers::READY;
+                }
+            }
+    fibers = nullptr;
+    munmap(memory, span * threads);
+    return 0;
+}
+#endif
+
+/* Runs `body` (the kernel call) on every thread of every block of the grid; 0, or
+ * POLYCOMP_STATUS_CUDA_LAUNCH when the configuration is out of CUDA's range or the
+ * threads cannot be made (then nothing ran). */
+template <class Body>
+int launch(dim3 grid, dim3 block, const Body &body) {
+    if (!valid_launch(grid, block)) return POLYCOMP_STATUS_CUDA_LAUNCH;
+    std::lock_guard<std::mutex> serial(launch_mutex());
+    gridDim = grid;
+    blockDim = block;
+    return run_grid(grid, block, body);
+}
+
 } // namespace polycomp_emu
 
-inline void __syncthreads() { polycomp_emu::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { polycomp_emu::sync_block(); }
 
 /* Atomics (CUDA's are relaxed: they order nothing but themselves). */
 template <class T>
