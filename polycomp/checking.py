@@ -22,11 +22,13 @@ class RunReport:
     seconds: float
     reference_seconds: float
     mismatches: list[str]
+    target: str = "openmp"
 
     def __str__(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         check = "matches scheduler=none" if self.ok else f"MISMATCH in {', '.join(self.mismatches)}"
-        return (f"{self.name} ({sizes}) scheduler={self.scheduler}: {check}\n"
+        target = "" if self.target == "openmp" else f" target={self.target}"
+        return (f"{self.name} ({sizes}) scheduler={self.scheduler}{target}: {check}\n"
                 f"  time {self.seconds * 1e3:.3f} ms (median), "
                 f"original order {self.reference_seconds * 1e3:.3f} ms, "
                 f"speedup {self.reference_seconds / max(self.seconds, 1e-12):.2f}x")
@@ -34,11 +36,14 @@ class RunReport:
 
 def run_and_check(definition: Definition, sizes: Mapping[str, int], scheduler: str,
                   repeat: int = 5, threads: int | None = None,
-                  schedule: str | None = None) -> RunReport:
+                  schedule: str | None = None, target: str = "openmp") -> RunReport:
+    """``definition`` at ``sizes`` under ``scheduler`` and ``target``, checked against
+    the original order on the CPU (openmp, scheduler none) and both timed."""
     if threads is not None:
         set_num_threads(threads)
     args = random_arguments(definition.interface, sizes, np.random.default_rng(0))
-    kernel = Kernel(definition, Options.create(scheduler=scheduler, schedule=schedule))
+    kernel = Kernel(definition, Options.create(scheduler=scheduler, schedule=schedule,
+                                               target=target))
     reference = Kernel(definition, Options.create(scheduler="none", parallel=False))
     got, want = results(kernel, args), results(reference, args)
     names = list(definition.interface.outputs) + [f"argument {k}" for k in range(len(got))]
@@ -46,4 +51,5 @@ def run_and_check(definition: Definition, sizes: Mapping[str, int], scheduler: s
     copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     seconds = median_time(lambda: kernel(*copies), repeat)
     ref_seconds = median_time(lambda: reference(*copies), repeat)
-    return RunReport(definition.name, scheduler, dict(sizes), not bad, seconds, ref_seconds, bad)
+    return RunReport(definition.name, scheduler, dict(sizes), not bad, seconds, ref_seconds, bad,
+                     target)

@@ -2,9 +2,11 @@
 
     polycomp compile FILE.tc [--entry NAME] [--emit c|schedule|deps|ir|ast|ranges]
                              [--scheduler S] [--sizes M=512,N=256] [--parametric] [-o OUT]
+                             [--target openmp|cuda|cuda-emulated]  (cuda: the .cu text)
     polycomp compile FILE.c [-I DIR] [-D NAME[=VALUE]] [--entry NAME] [-o OUT.c]
                              (the whole file back, its #pragma scop region optimised)
     polycomp run FILE.tc --sizes M=512,N=256 [--entry NAME] [--scheduler S] [--repeat N]
+                             [--target openmp|cuda-emulated|cuda]
     polycomp compile MODEL.onnx [--shape NAME=1,3,224,224 ...] [--emit plan|c|schedule|ir]
                              [-o OUT.so]   (without --emit: the model as one library)
     polycomp run MODEL.onnx [--shape NAME=1,3,224,224 ...] [--sizes BATCH=8] [--repeat N]
@@ -100,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="C files: an include directory for the preprocessor")
         p.add_argument("-D", dest="define", action="append", default=[],
                        metavar="NAME[=VALUE]", help="C files: a macro for the preprocessor")
+        p.add_argument("--target", default=None, metavar="TARGET",
+                       help="the backend: openmp (OpenMP C for CPUs, the default), cuda "
+                            "(CUDA for NVIDIA GPUs: compile prints the .cu; running needs "
+                            "a GPU) or cuda-emulated (the same CUDA run on CPU threads); "
+                            ".tc and .c files")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks of errors")
 
@@ -182,6 +189,21 @@ def load_definition(path: str, entry: str | None, include: Sequence[str] = (),
     return parse(text, file=path).get(entry)
 
 
+def target_options(args: argparse.Namespace) -> dict:
+    """``target`` from --target (checked: an unknown name lists the known ones)."""
+    if args.target is None:
+        return {}
+    from .targets import check_target_name
+    check_target_name(args.target)
+    return {"target": args.target}
+
+
+def _no_target_for_onnx(args: argparse.Namespace) -> None:
+    if args.target not in (None, "openmp"):
+        raise OptionError(f"--target {args.target} is for .tc and .c files: an .onnx model "
+                          "compiles for openmp", hint="leave out --target")
+
+
 def scheduler_options(args: argparse.Namespace) -> dict:
     """``scheduler`` and ``schedule`` from --scheduler and --schedule."""
     if args.schedule is None:
@@ -198,12 +220,20 @@ def _compile(args: argparse.Namespace) -> int:
     from .driver import compile_program, emit
 
     if is_onnx(args.file):
+        _no_target_for_onnx(args)
         return _compile_onnx(args)
     _no_shapes(args)
+    targets = target_options(args)
     is_c = args.file.endswith(".c")
-    what = args.emit or ("file" if is_c else "c")
+    # the whole .c file back is OpenMP C; another target's text is printed on its own
+    what = args.emit or ("file" if is_c and targets.get("target", "openmp") == "openmp"
+                         else "c")
     if what == "file" and not is_c:
         raise OptionError("--emit file is for .c files")
+    if what == "file" and targets.get("target", "openmp") != "openmp":
+        raise OptionError(f"--emit file writes OpenMP C into the .c file, not target "
+                          f"{targets['target']}'s code", hint="use --emit c for the generated "
+                                                              "code alone")
     definition = load_definition(args.file, args.entry, args.include, args.define,
                                  preprocess=True if what == "file" else None)
     sizes = parse_sizes(args.sizes)
@@ -215,7 +245,7 @@ def _compile(args: argparse.Namespace) -> int:
         if not sizes and not args.parametric and getattr(definition, "whole", None):
             sizes = harness_sizes(definition)
         parametric = args.parametric or not sizes
-        options = Options.create(parametric=parametric, **scheduler_options(args))
+        options = Options.create(parametric=parametric, **targets, **scheduler_options(args))
         with _time_limit(args.time_limit if parametric else 0):
             program = definition.lower(None if parametric else sizes)
             compiled = compile_program(program, options)
@@ -269,11 +299,13 @@ def _run(args: argparse.Namespace) -> int:
     from .checking import run_and_check
 
     if is_onnx(args.file):
+        _no_target_for_onnx(args)
         return _run_onnx(args)
     _no_shapes(args)
+    targets = target_options(args)
     definition = load_definition(args.file, args.entry, args.include, args.define)
     report = run_and_check(definition, parse_sizes(args.sizes), repeat=args.repeat,
-                           threads=args.threads, **scheduler_options(args))
+                           threads=args.threads, **targets, **scheduler_options(args))
     print(report)
     return 0 if report.ok else 1
 

@@ -152,5 +152,10 @@ class CompilerError(PolycompError):
     """The C compiler failed or is missing."""
 
 
+class ResourceLimitError(PolycompError):
+    """A GPU kernel needs more per block than the device allows: threads, registers or
+    shared memory (polycomp/cuda.py check_limits, and ptxas's own refusal)."""
+
+
 class InternalError(RuntimeError):
     """A bug in polycomp: a check on something polycomp itself produced failed."""

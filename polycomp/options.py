@@ -80,6 +80,14 @@ class Options:
                 compile_loops, compile_program, ONNX sessions); "none": never.
     records     the tuning records' sqlite file (polycomp/tuning/records.py) that
                 ``tuning="records"`` reads; None: ``tuning.sqlite`` in the cache folder.
+    gpu_block   GPU targets: threads per block along x, y, z (1 to 3 positive integers,
+                at most 1024 in all and 64 along z); its length is how many loops of a
+                kernel may be shared out over threads. None: (32, 8) for a kernel with
+                two or more such loops, (256,) for one (scheduler/gpu_mapping.py).
+    gpu_grid    GPU targets: the most blocks along x, y, z (1 to 3 positive integers);
+                its length is how many loops may be shared out over blocks; a loop with
+                more tiles than blocks runs them in turns. None: up to three loops, as
+                many blocks as tiles (within CUDA's limits).
     cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
     cache       reuse compiled libraries from the on-disk cache.
     """
@@ -105,6 +113,8 @@ class Options:
     band_config: tuple[tuple[str, int], ...] = ()
     tuning: str = "records"
     records: str | None = None
+    gpu_block: tuple[int, ...] | None = None
+    gpu_grid: tuple[int, ...] | None = None
     cc: str | None = None
     cflags: tuple[str, ...] | None = None
     cache: bool = True
@@ -153,6 +163,7 @@ class Options:
                 twice = sorted({n for n in names if names.count(n) > 1})
                 raise OptionError(f"option 'partition' names {', '.join(twice)} more than once",
                                   hint="each statement belongs to one group")
+        _check_gpu_sizes(self.gpu_block, self.gpu_grid)
         if self.cc is not None and (not isinstance(self.cc, str) or not self.cc):
             raise OptionError(f"option 'cc' must be a compiler command name, not {self.cc!r}")
         if self.cflags is not None:
@@ -169,7 +180,7 @@ class Options:
                 close = difflib.get_close_matches(name, sorted(known), n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"known options: {', '.join(sorted(known))}"
                 raise OptionError(f"unknown option '{name}'", hint=hint)
-        for name in ("cflags", "tile_sizes"):
+        for name in ("cflags", "tile_sizes", "gpu_block", "gpu_grid"):
             if isinstance(kwargs.get(name), list):
                 kwargs[name] = tuple(kwargs[name])  # type: ignore[arg-type]
         if "band_config" in kwargs:
@@ -237,6 +248,36 @@ def _check_band_config(config: object) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise OptionError(f"option 'band_config': '{name}' must be an integer from "
                               f"{low} to {high}, not {value!r}", hint=_BAND_CONFIG_HINT)
+
+
+# CUDA's limits: threads per block (in all, and along x, y, z), blocks along x, y, z
+MAX_BLOCK_THREADS = 1024
+BLOCK_AXIS_LIMITS = (1024, 1024, 64)
+GRID_AXIS_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+def _check_gpu_sizes(block: object, grid: object) -> None:
+    for name, value, limits in (("gpu_block", block, BLOCK_AXIS_LIMITS),
+                                ("gpu_grid", grid, GRID_AXIS_LIMITS)):
+        if value is None:
+            continue
+        example = "gpu_block=(32, 8)" if name == "gpu_block" else "gpu_grid=(1024, 64)"
+        if (not isinstance(value, tuple) or not 1 <= len(value) <= 3 or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+            raise OptionError(f"option '{name}' must be 1 to 3 positive integers (x, y, z), "
+                              f"not {value!r}", hint=f"e.g. {example}")
+        for axis, (v, limit) in enumerate(zip(value, limits)):
+            if v > limit:
+                raise OptionError(f"option '{name}' asks for {v} along {'xyz'[axis]}; CUDA "
+                                  f"allows at most {limit}", hint=f"e.g. {example}")
+    if block is not None:
+        threads = 1
+        for v in block:  # type: ignore[union-attr]
+            threads *= v
+        if threads > MAX_BLOCK_THREADS:
+            raise OptionError(f"option 'gpu_block' asks for {threads} threads per block; "
+                              f"CUDA allows at most {MAX_BLOCK_THREADS}",
+                              hint="e.g. gpu_block=(32, 8) (256 threads)")
 
 
 _CONFIGURED = False

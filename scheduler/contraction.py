@@ -40,6 +40,8 @@ dim = isl.dim_type
 MARK_LOCAL = "local"  # the mark's name is "local:<array>"
 # a local array lives on the stack of whichever thread runs the iteration
 LOCAL_BYTES = 64 * 1024
+# marks below which iterations run in different threads (or kernels)
+SHARING = (T.MARK_PARALLEL, T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD)
 
 
 def contract_temporaries(program: Program, schedule: isl.Schedule
@@ -87,9 +89,11 @@ def _contraction(program: Program, schedule: isl.Schedule, array: Array
     if not statements:
         return None
     node = _split_node(schedule, names)
-    if node is None or any(T.is_mark(n, T.MARK_PARALLEL) for n in T.subtree(node)):
+    if node is None or any(T.is_mark(n, mark) for n in T.subtree(node) for mark in SHARING):
         # a parallel loop below would share one copy among threads; one region around
-        # a sequential loop above it (codegen/openmp.py) would give each thread its own
+        # a sequential loop above it (codegen/openmp.py) would give each thread its own.
+        # GPU kernels below (or loops mapped to blocks or threads) likewise: a local
+        # array lives in one thread
         return None
     prefix = node.get_prefix_schedule_union_map().intersect_domain(node.get_domain())
     if prefix.is_empty() or not _values_stay_inside(program, array.name, prefix):

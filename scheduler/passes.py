@@ -2,7 +2,8 @@
 options) -> schedule, writing its decisions into the tree as band splits and marks.
 
 Order: the target-neutral passes here (tiling: new tile and point bands), then the
-target's own (Options.target, polycomp/targets/): for OpenMP, parallel (marks the
+target's own (Options.target, polycomp/targets/; a target with ``neutral_tiling`` off,
+as the GPU ones, tiles in its own passes): for OpenMP, parallel (marks the
 outermost dependence-free loop, a tile loop when there is one; never nested), then
 intra-tile (reorders the innermost bands below any parallel mark, marks the innermost
 loop vector and unrolls and jams register tiles inside it). See docs/TILING.md.
@@ -38,7 +39,8 @@ PASSES: list[tuple[str, Pass]] = [
 
 def run_passes(schedule: isl.Schedule, program: Program, deps: Dependences,
                options: Options) -> isl.Schedule:
-    for name, fn in [*PASSES, *get_target(options.target).passes]:
+    target = get_target(options.target)
+    for name, fn in [*(PASSES if target.neutral_tiling else []), *target.passes]:
         try:
             schedule = fn(schedule, program, deps, options)
         except isl.Error as exc:  # a polycomp defect: name the stage, not isl's C function

@@ -26,3 +26,16 @@ def pytest_collection_modifyitems(config, items):  # noqa: ARG001
         for item in items:
             if "needs_cc" in item.keywords:
                 item.add_marker(skip)
+    # nvcc and a GPU are looked for only when a collected test asks (cuInit is not
+    # called in a run without GPU tests)
+    marked = {m: [i for i in items if m in i.keywords] for m in ("needs_nvcc", "needs_gpu")}
+    if marked["needs_nvcc"] or marked["needs_gpu"]:
+        from polycomp import cuda
+
+        reasons = {"needs_nvcc": None if cuda.nvcc_path() else "nvcc (the CUDA compiler) not found"}
+        if marked["needs_gpu"]:
+            ok, why = cuda.available()
+            reasons["needs_gpu"] = None if ok else f"no GPU to run on: {why}"
+        for marker, reason in reasons.items():
+            for item in marked[marker] if reason else ():
+                item.add_marker(pytest.mark.skip(reason=reason))

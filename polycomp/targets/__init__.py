@@ -14,7 +14,9 @@ that ask its object (polycomp/targets/base.py ``Target``) for what they do:
     polycomp/runtime.py           target.build + target.load -> the entry, called under
                                   target.calling (OpenMP: the thread count)
 
-Built in: ``openmp`` (targets/openmp.py: OpenMP C, gcc, ctypes). A new backend is a new
+Built in: ``openmp`` (targets/openmp.py: OpenMP C, gcc, ctypes), ``cuda`` and
+``cuda-emulated`` (targets/cuda.py: CUDA from scheduler/gpu_mapping.py's marks, built by
+nvcc for a GPU, or by g++ on CPU threads with polycomp_cuda.h). A new backend is a new
 module with a Target subclass and one ``register_target`` line below; no stage branches
 on a target's name.
 """
@@ -31,7 +33,19 @@ def _openmp() -> Target:
     return OpenMPTarget()
 
 
+def _cuda() -> Target:
+    from .cuda import CudaTarget
+    return CudaTarget()
+
+
+def _cuda_emulated() -> Target:
+    from .cuda import CudaEmulatedTarget
+    return CudaEmulatedTarget()
+
+
 register_target("openmp", _openmp)
+register_target("cuda", _cuda)
+register_target("cuda-emulated", _cuda_emulated)
 
 __all__ = ["Target", "check_target_name", "get_target", "register_target", "target_names",
            "unregister_target"]

@@ -8,6 +8,8 @@ A target owns
 
 - ``passes``: the decision passes that run after tiling, each ``(schedule, program,
   deps, options) -> schedule`` (scheduler/passes.py runs them and names a failing one);
+  ``neutral_tiling`` False skips the target-neutral tiling before them (a GPU target
+  tiles for its blocks in its own mapping pass, not for the CPU's caches);
 - ``marks``: the decision marks (scheduler/tree.DECISION_MARKS) its code generator
   prints. ``check_marks`` refuses a schedule with any other one: a user's tree with
   ``block`` marks given to a CPU target fails loudly instead of running sequentially;
@@ -52,6 +54,7 @@ class Target(abc.ABC):
     name: str = ""
     marks: frozenset[str] = frozenset()
     passes: Sequence[tuple[str, Pass]] = ()
+    neutral_tiling: bool = True
 
     def check_marks(self, schedule: isl.Schedule) -> None:
         """IllegalScheduleError when ``schedule`` has a decision mark this target does

@@ -1,0 +1,396 @@
+"""GPU mapping: which subtrees run as device kernels, and which loops their blocks and
+threads share out. The pass of the ``cuda`` and ``cuda-emulated`` targets.
+
+Place in the pipeline: after the scheduler, instead of the CPU tiling (the GPU targets
+set ``Target.neutral_tiling`` off: tile sizes here are the blocks' shapes, not the
+caches'), before the legality check; ``check_mapping`` (the targets' ``annotate``)
+checks the mapped loops, and codegen/cuda.py prints the marks. A later pass (memory
+promotion to shared memory and registers, issue 14 item 3) would go between this one
+and codegen: it finds each kernel's tile band directly above its point band.
+
+What the marks mean (scheduler/tree.py names them):
+
+- ``kernel`` above a subtree: it runs on the device as one ``__global__`` launch, once
+  per iteration of the host loops around it (sequential on the host; launches on one
+  stream run in order, so dependences between kernels and host iterations hold);
+- ``block`` / ``thread`` above a single-member band: that loop's iterations are shared
+  out over the blocks (threads) along one axis, as a strided loop
+  ``for (c = start(idx); c <= ub; c += dim)``, where the owner of a value v is
+  ``v mod dim``: any grid or block size runs every iteration exactly once, and a value
+  has the same owner wherever the loop is printed. The innermost block (thread) mark on
+  a path is axis x, the next y, then z (PPCG's convention), so the member along which the
+  arrays are contiguous is put innermost among the thread members: neighbouring threads
+  of a warp touch neighbouring elements.
+
+The condition a mapped member keeps (``mappable``): every dependence between two
+instances of the kernel that agree on the host loops around it (the reductions' chains
+included: a reduction stays in one thread, sequential) has distance 0 on it. Then any
+two dependent instances of a kernel run in one thread, in the schedule's order, and no
+barrier is needed: there is no shared memory yet. That is stronger than isl's coincidence
+(which takes the loops between the kernel and the member as fixed): a thread may run a
+sequential loop (the k of a matmul) around its points, and no thread waits for another.
+
+Placement, per outermost band on each path (a sequence or set node at host level gives
+one kernel per child): the fewest leading band members that must stay on the host (a
+time loop) so that some member below is mappable; when no member at any depth is, the
+subtree runs as a single-thread kernel (grid 1, block 1) rather than failing. In the
+kernel band, up to len(block) (default 2; 1 when one member is mappable) mappable
+members go to threads, the one with the most unit-stride references as x, and up to
+len(grid) (default 3) to blocks: the tiles of the thread members first, then other
+mappable members. A permutable band (``Options.tile``) is tiled, PPCG-like:
+
+    band [m, n, k]        kernel
+                            block  [floor(m/8)]          (axis y)
+                              block  [floor(n/32)]       (axis x)
+                                band [floor(k/32)]
+                                  thread [m mod 8]       (axis y)
+                                    thread [n mod 32]    (axis x)
+                                      band [k mod 32]
+
+with tile sizes the block's extents along the thread members, 1 along block-only
+members, SEQUENTIAL_TILE along the others. A band that is not permutable keeps its
+order: each thread member is strip-mined in place ([m] -> [floor(m/B)] [m mod B], the
+same order), which is always legal.
+
+Block and grid sizes: ``Options.gpu_block`` (threads per block along x, y, z; its length
+is how many members may go to threads; at most 1024 threads in all) and
+``Options.gpu_grid`` (the most blocks along x, y, z; its length is how many members may
+go to blocks); None chooses (DEFAULT_BLOCKS; grids as large as the loops, within
+GRID_LIMITS). Codegen takes the same sizes (``block_shape``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import islpy as isl
+
+from polycomp.errors import IllegalScheduleError
+from polycomp.ir import Program
+from polycomp.options import GRID_AXIS_LIMITS, Options
+
+from . import cache_model as CM
+from . import tree as T
+from .dependences import Dependences
+from .tiling import band_extents, is_permutable, replace_band, tile_band
+
+# blocks along x, y, z (polycomp/options.py checks Options.gpu_block and gpu_grid
+# against CUDA's limits)
+GRID_LIMITS = GRID_AXIS_LIMITS
+# threads per block by the number of thread axes, when Options.gpu_block is None: a warp
+# along x (coalesced), 256 threads in all
+DEFAULT_BLOCKS = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}
+DEFAULT_BLOCK_AXES = 2  # thread axes mapped when Options.gpu_block is None
+DEFAULT_GRID_AXES = 3  # block axes mapped when Options.gpu_grid is None
+# tile size along the band members no block or thread takes (a matmul's k): each thread
+# runs them itself; a tile of them is what a promotion pass would stage in shared memory
+SEQUENTIAL_TILE = 32
+
+GPU_MARKS = (T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD)
+
+
+def block_shape(options: Options, axes: int) -> tuple[int, ...]:
+    """Threads per block along the first ``axes`` axes (x first)."""
+    if axes == 0:
+        return ()
+    if options.gpu_block is not None:
+        return tuple(options.gpu_block[:axes])
+    return DEFAULT_BLOCKS[axes]
+
+
+def thread_axes(options: Options) -> int:
+    return len(options.gpu_block) if options.gpu_block is not None else DEFAULT_BLOCK_AXES
+
+
+def grid_axes(options: Options) -> int:
+    return len(options.gpu_grid) if options.gpu_grid is not None else DEFAULT_GRID_AXES
+
+
+def grid_limit(options: Options, axis: int) -> int:
+    """The most blocks along ``axis`` (0: x): Options.gpu_grid's, within CUDA's."""
+    if options.gpu_grid is not None and axis < len(options.gpu_grid):
+        return min(options.gpu_grid[axis], GRID_LIMITS[axis])
+    return GRID_LIMITS[axis]
+
+
+def has_gpu_marks(schedule: isl.Schedule) -> bool:
+    return any(T.is_mark(n) and n.mark_get_id().get_name() in GPU_MARKS
+               for n in T.nodes(schedule))
+
+
+# ----------------------------------------------------------------------------- the pass
+
+def map_to_gpu(schedule: isl.Schedule, program: Program, deps: Dependences,
+               options: Options) -> isl.Schedule:
+    """The tree with ``kernel``, ``block`` and ``thread`` marks (module doc). A tree that
+    has GPU marks already (a user's, ``scheduler="custom"``) is kept as it is; the
+    targets check it (``check_mapping``)."""
+    if has_gpu_marks(schedule):
+        return schedule
+    mapper = _Mapper(program, deps, options)
+    return mapper.host(schedule.get_root()).get_schedule()
+
+
+class _Mapper:
+    def __init__(self, program: Program, deps: Dependences, options: Options):
+        self.program, self.options = program, options
+        self.validity = deps.all()
+        self.relation = deps.carried()  # what a mapped loop must not carry
+
+    # ------------------------------------------------------------------ host level
+    def host(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
+        """``node`` rewritten at host level: kernels below it (the node at the same
+        position is returned)."""
+        kind = node.get_type()
+        if kind == isl.schedule_node_type.band:
+            return self.band(node)
+        if kind == isl.schedule_node_type.leaf:
+            return _kernel(node)  # statements outside any loop
+        if kind == isl.schedule_node_type.mark and _holds_statements(node):
+            # a mark of no GPU meaning (check_marks refuses the decision marks of other
+            # targets): the kernel goes around it
+            return self._kernel_or_host_loops(node)
+        for k in range(node.n_children()):
+            node = self.host(node.child(k)).parent()
+        return node
+
+    def _kernel_or_host_loops(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if self.parallel_below(node.child(0)):
+            return self.host(node.child(0)).parent()
+        return _kernel(node)
+
+    def band(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
+        """A band at host level: a kernel at the fewest host members that leave a
+        mappable member; all of them host loops when only a deeper band is mappable;
+        else a single-thread kernel."""
+        n = node.band_n_member()
+        for j in range(n):
+            mappable = self.mappable_members(node, j)
+            if mappable:
+                if j == 0:
+                    return _kernel(self.map_band(node, mappable))
+                inner = node.band_split(j).child(0)
+                inner = _kernel(self.map_band(inner, [k - j for k in mappable]))
+                return inner.parent()
+        if node.n_children() and self.parallel_below(node.child(0)):
+            return self.host(node.child(0)).parent()
+        return _kernel(node)
+
+    def parallel_below(self, node: isl.ScheduleNode) -> bool:
+        """Whether some band at or below ``node`` has a mappable member once the bands
+        above it run on the host."""
+        kind = node.get_type()
+        if kind == isl.schedule_node_type.band:
+            n = node.band_n_member()
+            if any(self.mappable_members(node, j) for j in range(n)):
+                return True
+        return any(self.parallel_below(node.child(k)) for k in range(node.n_children()))
+
+    def mappable_members(self, node: isl.ScheduleNode, host: int) -> list[int]:
+        """The loop members from ``host`` on that may be mapped in a kernel whose host
+        loops are the prefix above the band and its first ``host`` members."""
+        prefix = T.outer_schedule(node, host)
+        return [k for k in range(host, node.band_n_member())
+                if T.is_loop_member(node, k) and mappable(node, k, prefix, self.relation)]
+
+    # ------------------------------------------------------------------ one kernel
+    def map_band(self, node: isl.ScheduleNode, members: list[int]) -> isl.ScheduleNode:
+        """The kernel band at ``node`` with its ``members`` (mappable) mapped: the top of
+        the rewritten subtree."""
+        refs = CM.band_references(node, self.program)
+        extents = band_extents(node)
+        threads = choose_threads(members, refs, thread_axes(self.options))  # x first
+        shape = block_shape(self.options, len(threads))
+        sizes = {m: _fit(size, extents[m]) for m, size in zip(threads, shape)}
+        others = [m for m in members if m not in threads]
+        others.sort(key=lambda m: (-(extents[m] or 2**62), -m))  # the largest first
+        # a thread member that fits in one tile leaves its tile loop one value: no block
+        tiled = [m for m in threads if extents[m] is None or extents[m] > sizes[m]]
+        blocks = (tiled + others)[:grid_axes(self.options)]  # x first
+        if self.options.tile and is_permutable(node, self.validity):
+            return self._tiled(node, threads, blocks, sizes, extents)
+        return self._strip_mined(node, threads, blocks, sizes)
+
+    def _tiled(self, node: isl.ScheduleNode, threads: list[int], blocks: list[int],
+               sizes: dict[int, int], extents: Sequence[int | None]) -> isl.ScheduleNode:
+        n = node.band_n_member()
+        tile = []
+        for m in range(n):
+            if m in sizes:
+                tile.append(sizes[m])
+            elif m in blocks or extents[m] == 1:
+                tile.append(1)  # the tile loop is the member itself
+            else:
+                tile.append(SEQUENTIAL_TILE)
+        node = tile_band(node, tile, self.relation)
+        # tile band: blocks z, y, x, then the rest; point band: threads z, y, x, the rest
+        tile_order = blocks[::-1] + [m for m in range(n) if m not in blocks]
+        node = _permuted(node, tile_order, self.relation)
+        node = _mark_leading(node, len(blocks), T.MARK_BLOCK)
+        point = _below_marks_and_bands(node, len(blocks) + (len(blocks) < n))
+        point_order = threads[::-1] + [m for m in range(n) if m not in threads]
+        point = _permuted(point, point_order, self.relation)
+        point = _mark_leading(point, len(threads), T.MARK_THREAD)
+        return _top(point, node)
+
+    def _strip_mined(self, node: isl.ScheduleNode, threads: list[int], blocks: list[int],
+                     sizes: dict[int, int]) -> isl.ScheduleNode:
+        """Each mapped member in its own band, in the band's order: a thread member
+        strip-mined into [floor(m/B)] (a block loop when chosen) and [m mod B]."""
+        n = node.band_n_member()
+        top = node
+        for m in range(n):
+            if m < n - 1:
+                node = node.band_split(1)
+            if m in threads:
+                node = tile_band(node, [sizes[m]], self.relation)
+                if m in blocks:
+                    node = node.insert_mark(isl.Id(T.MARK_BLOCK)).child(0)
+                node = node.child(0).insert_mark(isl.Id(T.MARK_THREAD)).child(0)
+            elif m in blocks:
+                node = node.insert_mark(isl.Id(T.MARK_BLOCK)).child(0)
+            if m < n - 1:
+                node = node.child(0)
+        return _top(node, top)
+
+
+def mappable(node: isl.ScheduleNode, k: int, prefix: isl.UnionMap,
+             relation: isl.UnionMap) -> bool:
+    """Member ``k`` of the band at ``node`` has distance 0 on every dependence of
+    ``relation`` between instances of the band that agree on ``prefix`` (the host loops)."""
+    domain = node.get_domain()
+    local = relation.intersect_domain(domain).intersect_range(domain)
+    same_host = local.intersect(prefix.apply_range(prefix.reverse()))
+    member = T.member_union_map(node, k)
+    return same_host.subtract(member.apply_range(member.reverse())).is_empty()
+
+
+def choose_threads(members: list[int], refs: Sequence[CM.Reference],
+                   axes: int) -> list[int]:
+    """Up to ``axes`` of the mappable ``members``, x first: x the one along which most
+    references are contiguous (ties: the innermost), then the innermost others."""
+    if not members or axes == 0:
+        return []
+
+    def contiguous(m: int) -> tuple[int, float, int]:
+        unit = sum(1 for r in refs if r.steps and all(row[m] is not None for row in r.steps)
+                   and r.unit_stride(m) and not r.invariant(m))
+        return unit, CM.stride_score(refs, m), m
+
+    x = max(members, key=contiguous)
+    rest = sorted((m for m in members if m != x), reverse=True)
+    return [x] + rest[:axes - 1]
+
+
+def _fit(size: int, extent: int | None) -> int:
+    """A tile of ``size`` along a member of ``extent`` values (no larger than them)."""
+    return max(1, min(size, extent)) if extent is not None else size
+
+
+def _kernel(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """A ``kernel`` mark above ``node``; returns the mark (the node's position)."""
+    return node.insert_mark(isl.Id(T.MARK_KERNEL))
+
+
+def _holds_statements(node: isl.ScheduleNode) -> bool:
+    return not node.get_domain().is_empty()
+
+
+def _permuted(node: isl.ScheduleNode, order: list[int],
+              relation: isl.UnionMap) -> isl.ScheduleNode:
+    """The band at ``node`` with its members in ``order`` (a permutable band: any order
+    is legal)."""
+    if order == sorted(order):
+        return node
+    mupa = node.band_get_partial_schedule()
+    upas = isl.UnionPwAffList.from_union_pw_aff(mupa.get_at(order[0]))
+    for m in order[1:]:
+        upas = upas.add(mupa.get_at(m))
+    permuted = isl.MultiUnionPwAff.from_union_pw_aff_list(mupa.get_space(), upas)
+    return replace_band(node, permuted, relation, True)
+
+
+def _mark_leading(node: isl.ScheduleNode, count: int, mark: str) -> isl.ScheduleNode:
+    """The first ``count`` members of the band at ``node`` each in a band of its own
+    under a ``mark``; returns the top of the chain."""
+    top_depth = _depth(node)
+    for k in range(count):
+        if node.band_n_member() > 1:
+            node = node.band_split(1)
+        node = node.insert_mark(isl.Id(mark)).child(0)
+        if k < count - 1:
+            node = node.child(0)
+    return _ancestor(node, _depth(node) - top_depth)
+
+
+def _below_marks_and_bands(node: isl.ScheduleNode, bands: int) -> isl.ScheduleNode:
+    """The node below the next ``bands`` bands from ``node`` (marks skipped)."""
+    while bands:
+        if T.is_band(node):
+            bands -= 1
+        node = node.child(0)
+    while T.is_mark(node):
+        node = node.child(0)
+    return node
+
+
+def _depth(node: isl.ScheduleNode) -> int:
+    return node.get_tree_depth()
+
+
+def _ancestor(node: isl.ScheduleNode, generations: int) -> isl.ScheduleNode:
+    for _ in range(generations):
+        node = node.parent()
+    return node
+
+
+def _top(node: isl.ScheduleNode, top: isl.ScheduleNode) -> isl.ScheduleNode:
+    """The ancestor of ``node`` at the tree depth of ``top``."""
+    return _ancestor(node, _depth(node) - _depth(top))
+
+
+# ----------------------------------------------------------------------------- the check
+
+def check_mapping(schedule: isl.Schedule, deps: Dependences) -> None:
+    """IllegalScheduleError when a ``block`` or ``thread`` mark is not above a band, or
+    its member carries a dependence between instances of its kernel that agree on the
+    host loops (a schedule polycomp made that fails is the caller's InternalError)."""
+    relation = deps.carried()
+    for node in T.nodes(schedule):
+        if not T.is_mark(node, T.MARK_KERNEL):
+            continue
+        prefix = node.get_prefix_schedule_union_map()
+        for inner in T.subtree(node):
+            if not (T.is_mark(inner, T.MARK_BLOCK) or T.is_mark(inner, T.MARK_THREAD)):
+                continue
+            name = inner.mark_get_id().get_name()
+            band = inner.child(0)
+            while T.is_mark(band):
+                band = band.child(0)
+            if not T.is_band(band) or band.band_n_member() != 1:
+                raise IllegalScheduleError(f"mark '{name}' is not above a band of one member",
+                                           hint="split the band so that the mapped member "
+                                                "has a band of its own")
+            if not mappable(band, 0, prefix.intersect_domain(band.get_domain()), relation):
+                raise IllegalScheduleError(
+                    f"a loop marked '{name}' carries a dependence between instances of its "
+                    f"kernel", hint="only a loop along which every dependence inside the "
+                                    "kernel has distance 0 can be shared out over blocks "
+                                    "or threads")
+    for node in T.nodes(schedule):
+        if (T.is_mark(node, T.MARK_BLOCK) or T.is_mark(node, T.MARK_THREAD)) and \
+                not _inside_kernel(node):
+            raise IllegalScheduleError(f"mark '{node.mark_get_id().get_name()}' is outside "
+                                       f"any 'kernel' mark",
+                                       hint="put a 'kernel' mark above the mapped loops")
+
+
+def _inside_kernel(node: isl.ScheduleNode) -> bool:
+    while node.has_parent():
+        node = node.parent()
+        if T.is_mark(node, T.MARK_KERNEL):
+            return True
+    return False
+
+
+__all__ = ["map_to_gpu", "check_mapping", "mappable", "block_shape", "grid_limit"]
