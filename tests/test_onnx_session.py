@@ -449,3 +449,11 @@ def test_an_exporters_minus_one_extent_is_dynamic():
     for n in (1, 4):
         x = rand(n, 3, seed=n)
         close(session.run(None, {"x": x}), reference(m, {"x": x}))
+
+
+@pytest.mark.parametrize("target", ["cuda", "cuda-emulated"])
+def test_models_refuse_the_gpu_targets_with_a_hint(target):
+    relu = model([h.make_node("Relu", ["x"], ["y"])], [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    with pytest.raises(PolycompError, match=f"target 'openmp' only, not '{target}'") as info:
+        pco.InferenceSession(relu.SerializeToString(), target=target)
+    assert info.value.hint

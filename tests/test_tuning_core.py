@@ -23,7 +23,7 @@ from polycomp.frontend.tc import parse
 from polycomp.ir import Program
 from polycomp.tuning import cost_model as CMod
 from polycomp.tuning.measure import Measurer, Outcome, Task, run_isolated, time_callable
-from polycomp.tuning.records import Records, log_distance
+from polycomp.tuning.records import CONFIRMED, Records, log_distance
 from polycomp.tuning.sampler import RandomSearch, Sampler
 from polycomp.tuning.signature import (canonical_form, kernel_signature, kernel_sizes,
                                        machine_identity)
@@ -518,6 +518,12 @@ def test_records_best_nearest_and_machine_separation(tmp_path):
     assert db.nearest("sig", (64, 64)).sizes == (128, 128)  # other sizes only
     assert log_distance((64, 64), (128, 128)) == pytest.approx(math.sqrt(2) * math.log(2))
     assert other.best("sig", (100, 100)).time == 0.1
+    # a re-measurement's winner outranks faster single measurements, for best and nearest
+    db.add(db.record("sig", (64, 64), {"t": 16}, "valid", 1.5, source=CONFIRMED))
+    db.add(db.record("sig", (64, 64), {"t": 32}, "valid", 1.6, source="remeasured"))
+    assert db.best("sig", (64, 64)).config == {"t": 16}
+    assert db.nearest("sig", (60, 60)).config == {"t": 16}
+    assert db.nearest("sig", (128, 128)).config == {"t": 16}
 
 
 def test_records_round_trip_through_sqlite_and_json_lines(tmp_path):

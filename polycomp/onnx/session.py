@@ -149,6 +149,12 @@ class InferenceSession:
                  providers: object = None, provider_options: object = None,
                  **options: object):
         self.options = Options.create(**options)
+        if self.options.target != "openmp":
+            # the model's library links every group kernel with a C driver (library.py)
+            raise UnsupportedError(f"whole ONNX models compile for target 'openmp' only, "
+                                   f"not '{self.options.target}'",
+                                   hint="leave target= out; compile one operator as a TC "
+                                        "kernel for the GPU targets")
         self._model: LoadedModel = load_model(
             path_or_bytes, model_cache.was_checked if self.options.cache else None)
         check_values(self._model.model)

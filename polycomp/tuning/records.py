@@ -205,25 +205,21 @@ class Records:
         among the winners of re-measurements (source CONFIRMED) when there are any: a
         search's single measurements crown the luckiest, a side-by-side re-measurement
         the fastest."""
-        valid = [r for r in self.trials(signature, sizes) if r.status == "valid"]
-        confirmed = [r for r in valid if r.source == CONFIRMED]
-        valid = confirmed or valid
-        return min(valid, key=lambda r: (r.time, r.created)) if valid else None
+        return _fastest(self.trials(signature, sizes))
 
     def nearest(self, signature: str, sizes: Sequence[int]) -> Record | None:
-        """The best valid record of the same kernel at the nearest other sizes (the
-        Euclidean distance between log sizes; same number of sizes only)."""
+        """The best valid record (as ``best`` picks it) of the same kernel at the
+        nearest other sizes (the Euclidean distance between log sizes; same number of
+        sizes only)."""
         here = tuple(int(s) for s in sizes)
-        by_sizes: dict[tuple[int, ...], Record] = {}
+        by_sizes: dict[tuple[int, ...], list[Record]] = {}
         for r in self.trials(signature):
-            if r.status != "valid" or r.sizes == here or len(r.sizes) != len(here):
-                continue
-            if r.sizes not in by_sizes or r.time < by_sizes[r.sizes].time:
-                by_sizes[r.sizes] = r
-        if not by_sizes:
+            if r.sizes != here and len(r.sizes) == len(here):
+                by_sizes.setdefault(r.sizes, []).append(r)
+        best = [b for rows in by_sizes.values() if (b := _fastest(rows)) is not None]
+        if not best:
             return None
-        return min(by_sizes.values(),
-                   key=lambda r: (log_distance(r.sizes, here), r.sizes))
+        return min(best, key=lambda r: (log_distance(r.sizes, here), r.sizes))
 
     @staticmethod
     def stamp(path: str | Path) -> str:
@@ -259,6 +255,14 @@ class Records:
         with open(path, encoding="utf-8") as f:
             records = [Record.from_json(json.loads(line)) for line in f if line.strip()]
         return self.add_many(records)
+
+
+def _fastest(records: Sequence[Record]) -> Record | None:
+    """The fastest valid one, among the re-measurements' winners when there are any
+    (Records.best)."""
+    valid = [r for r in records if r.status == "valid"]
+    valid = [r for r in valid if r.source == CONFIRMED] or valid
+    return min(valid, key=lambda r: (r.time, r.created)) if valid else None
 
 
 def log_distance(a: Sequence[int], b: Sequence[int]) -> float:
