@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cuda_samples import VADD_HOST
 from polycomp import cuda
 
 pytestmark = pytest.mark.needs_cc
@@ -80,24 +81,7 @@ __global__ void vadd(const float *__restrict__ a, const float *__restrict__ b,
     c[i] = a[i] + b[i];
 }
 
-extern "C" int polycomp_vadd(long n, const float *a, const float *b, float *c) {
-    float *da = nullptr, *db = nullptr, *dc = nullptr;
-    size_t bytes = n * sizeof(float);
-    POLYCOMP_ALLOC(da, bytes);
-    POLYCOMP_ALLOC(db, bytes);
-    POLYCOMP_ALLOC(dc, bytes);
-    POLYCOMP_COPY_IN(da, a, bytes);
-    POLYCOMP_COPY_IN(db, b, bytes);
-    POLYCOMP_LAUNCH(vadd, dim3((n + 127) / 128), dim3(128), da, db, dc, n);
-    POLYCOMP_LAUNCH_CHECK();
-    POLYCOMP_SYNC();
-    POLYCOMP_COPY_OUT(c, dc, bytes);
-    POLYCOMP_FREE(da);
-    POLYCOMP_FREE(db);
-    POLYCOMP_FREE(dc);
-    return 0;
-}
-"""
+""" + VADD_HOST
 
 
 @mode

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cuda_samples import VADD_HOST
 from polycomp import cuda
 from polycomp.errors import CompilerError, PolycompError, ResourceLimitError
 
@@ -57,24 +58,7 @@ __global__ void scatter(float *a, int n) {
 extern "C" __global__ void plain_name(int *x) { x[threadIdx.x] = 1; }
 
 /* the header's host macros under nvcc */
-extern "C" int polycomp_vadd(long n, const float *a, const float *b, float *c) {
-    float *da = nullptr, *db = nullptr, *dc = nullptr;
-    size_t bytes = n * sizeof(float);
-    POLYCOMP_ALLOC(da, bytes);
-    POLYCOMP_ALLOC(db, bytes);
-    POLYCOMP_ALLOC(dc, bytes);
-    POLYCOMP_COPY_IN(da, a, bytes);
-    POLYCOMP_COPY_IN(db, b, bytes);
-    POLYCOMP_LAUNCH(vadd, dim3((n + 127) / 128), dim3(128), da, db, dc, n);
-    POLYCOMP_LAUNCH_CHECK();
-    POLYCOMP_SYNC();
-    POLYCOMP_COPY_OUT(c, dc, bytes);
-    POLYCOMP_FREE(da);
-    POLYCOMP_FREE(db);
-    POLYCOMP_FREE(dc);
-    return 0;
-}
-"""
+""" + VADD_HOST
 
 # 48 values live at once: more than -maxrregcount=16 (which ptxas raises to 24) holds
 SPILLING = r"""
