@@ -1,7 +1,7 @@
 """The tile sampler against the ground truth and against random search (issue 13).
 
     python -m benchmarks.tuning [--kernels conv3x3,2mm,gemm-gelu,jacobi-2d] [--seeds 5]
-        [--budget 16] [--quick] [--live] [--out benchmarks/results]
+        [--budget 16] [--quick] [--live] [--sweep FILE] [--out benchmarks/results]
 
 The claim judged: averaged over --seeds seeds, the best configuration the model-guided
 sampler (polycomp/tuning/sampler.py) finds within --budget measurements is within 10 %
@@ -28,12 +28,13 @@ the SIMD member, L2 tiles, the other bands) stays at the default. At most 6 x 6 
 
 Method, per kernel:
 
-1. Sweep: every point of the restricted space measured once as polycomp.tune measures
+1. Sweep (saved as tuning-sweep.json; --sweep FILE replays a saved one): every point of the restricted space measured once as polycomp.tune measures
    a trial (polycomp.tuning.measure_trial in a child process: compiled with
    Options.band_config, checked against the default's outputs, timed by time_callable:
    the minimum over 0.2 s of calls), through a one-worker pool (no overlapping timings).
-2. Searches: for each seed, the Sampler with --budget measurements and RandomSearch
-   with twice as many, over the restricted space. By default they replay the sweep's
+2. Searches: for each seed, the Sampler and RandomSearch, each with --budget, twice and
+   four times as many measurements (the criteria compare the sampler at --budget with
+   random search at twice it), over the restricted space. By default they replay the sweep's
    measurements (a measurement is the one the sweep took of that point, which is what a
    live search would have measured, without paying for it again: every search sees the
    same noise); --live measures each search's configurations afresh instead.
@@ -601,7 +602,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, from {', '.join(CASES)}")
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 per search")
     parser.add_argument("--budget", type=int, default=None,
-                        help="the sampler's measurements (random search gets twice as many; "
+                        help="the sampler's measurements the criteria judge (both searches "
+                             "also run with 2x and 4x; random search is judged at 2x; "
                              "default 16, 4 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and a space of at most 9 points (a smoke run)")
