@@ -25,15 +25,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuda_samples import VADD_HOST
+from cuda_samples import CXX, TSAN_OPTIONS, VADD_HOST, tsan_problem
 from polycomp import cuda
 
 pytestmark = pytest.mark.needs_cc
 
-CXX = os.environ.get("CXX", "g++")
 FLAGS = ["-std=c++20", "-pthread", "-O1", "-Wall", "-Wextra", "-Werror",
          f"-I{cuda.header_dir()}", "-x", "c++"]
-TSAN_OPTIONS = "halt_on_error=1 exitcode=66 report_signal_unsafe=0"
 
 
 def compile_cu(folder: Path, name: str, text: str, *, library: bool,
@@ -396,30 +394,8 @@ def test_status_codes_match_the_header():
 
 # ------------------------------------------------------------------ ThreadSanitizer
 
-@functools.lru_cache(maxsize=None)
-def _tsan_problem() -> str | None:
-    """Why TSan programs cannot be built or run here, or None when they can."""
-    if shutil.which(CXX) is None:
-        return f"no C++ compiler ({CXX})"
-    import tempfile
-    with tempfile.TemporaryDirectory() as folder:
-        source = Path(folder) / "probe.cc"
-        source.write_text("#include <thread>\nint main() { std::thread t([] {}); "
-                          "t.join(); return 0; }\n")
-        program = Path(folder) / "probe"
-        built = subprocess.run([CXX, "-fsanitize=thread", "-pthread", str(source), "-o",
-                                str(program)], capture_output=True, text=True, timeout=120)
-        if built.returncode != 0:
-            return f"{CXX} cannot build with -fsanitize=thread: {built.stderr.strip()[-300:]}"
-        ran = subprocess.run([str(program)], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "TSAN_OPTIONS": TSAN_OPTIONS})
-        if ran.returncode != 0:  # e.g. "unexpected memory mapping" under some kernels
-            return f"ThreadSanitizer programs do not run here: {ran.stderr.strip()[-300:]}"
-    return None
-
-
 def run_tsan(folder: Path, name: str, text: str, *defines: str):
-    problem = _tsan_problem()
+    problem = tsan_problem()  # shared with test_cuda_tsan.py (tests/cuda_samples.py)
     if problem:
         pytest.skip(problem)
     program = compile_cu(folder, name, text, library=False,
