@@ -246,6 +246,11 @@ class TuningSpace:
                     if self.valid(out):
                         yield out
 
+    def steps(self, a: Mapping[str, int], b: Mapping[str, int]) -> int:
+        """How many one-knob steps (along each knob's sorted values) lead from ``a`` to
+        ``b``."""
+        return sum(abs(k.index(a[k.name]) - k.index(b[k.name])) for k in self.knobs)
+
     def project(self, config: Mapping[str, int]) -> Config:
         """The point of this space nearest to ``config`` (a record from other sizes):
         each knob's nearest candidate, the default's value for knobs it lacks."""
