@@ -27,6 +27,7 @@ only, so that each thread of a block reaches it the same number of times.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import cgen as c
@@ -125,27 +126,52 @@ class Promotions:
 
 
 def _place(plan: PR.Plan, build: isl.AstBuild) -> Placed:
-    # the build's schedule space nests one wrapped pair per band ([[[] -> [a]] -> [b]]):
-    # its identity with the range flattened is the map to the plan's [a, b]
-    space = build.get_schedule_space()
-    if space.dim(isl.dim_type.set) != plan.depth:
-        raise ValueError("the mark is not at its schedule depth")
-    to_prefix = isl.MultiAff.identity(space.map_from_set()).flatten_range()
-
-    def pull(pa: isl.PwAff) -> isl.PwAff:
-        return pa.pullback_multi_aff(to_prefix)
-
+    onto = _onto_build(plan.depth, build.get_schedule_space())
     lower, extent, guard = [], [], []
     one = isl.Val.int_from_si(U.CTX, 1)
     for box in plan.boxes:
-        lower.append([build.expr_from_pw_aff(pull(pa)) for pa in box.lower])
-        extent.append([build.expr_from_pw_aff(pull(hi.sub(lo).add_constant_val(one)))
+        lower.append([build.expr_from_pw_aff(onto(pa)) for pa in box.lower])
+        extent.append([build.expr_from_pw_aff(onto(hi.sub(lo).add_constant_val(one)))
                        for lo, hi in zip(box.lower, box.upper)])
         domain = None
         for pa in (*box.lower, *box.upper):
             domain = pa.domain() if domain is None else domain.intersect(pa.domain())
-        guard.append(build.expr_from_set(domain.preimage_multi_aff(to_prefix)))
+        guard.append(build.expr_from_set(onto(domain)))
     return Placed(plan, lower, extent, guard)
+
+
+def _onto_build(depth: int, space: isl.Space):
+    """A function taking a PwAff or Set over the plan's [c0, ..., c(depth-1)] into the
+    build's schedule space at the mark. That space either nests one wrapped pair per
+    band ([[[] -> [a]] -> [b]], every loop there) or is flat and names the loops it
+    kept (``cK``, codegen/ast.loop_iterator): a loop isl left out takes one value, which
+    the function's own domain fixes (projected out; not single-valued: refused)."""
+    flatten = isl.MultiAff.identity(space.map_from_set()).flatten_range()
+    n = space.dim(isl.dim_type.set)
+    names = [space.get_dim_name(isl.dim_type.set, k) for k in range(n)]
+    if all(name is not None and re.fullmatch(r"c\d+", name) for name in names):
+        kept = [int(name[1:]) for name in names]
+    elif n == depth:
+        kept = list(range(depth))
+    else:
+        raise ValueError("the build's schedule space does not match the plan")
+    if kept != sorted(set(kept)) or any(k >= depth for k in kept):
+        raise ValueError("the build's loops are not the plan's")
+    dropped = [k for k in range(depth) if k not in kept]
+
+    def onto(obj):
+        if isinstance(obj, isl.Set):
+            for k in reversed(dropped):
+                obj = obj.project_out(isl.dim_type.set, k, 1)
+            return obj.preimage_multi_aff(flatten)
+        relation = isl.Map.from_pw_aff(obj)
+        for k in reversed(dropped):
+            relation = relation.project_out(isl.dim_type.in_, k, 1)
+        if not relation.is_single_valued():
+            raise ValueError("a loop isl left out is not fixed where the mark is")
+        return isl.PwMultiAff.from_map(relation).get_at(0).pullback_multi_aff(flatten)
+
+    return onto
 
 
 def _count_marks(node: isl.AstNode, counts: dict[str, int]) -> None:

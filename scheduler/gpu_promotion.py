@@ -123,7 +123,8 @@ def promote(schedule: isl.Schedule, program: Program, deps: Dependences,
            threads_above: bool) -> isl.ScheduleNode:
         start = _depth(node)  # a mark inserted here leaves the node one level deeper
         if T.is_mark(node, T.MARK_KERNEL):
-            kernel = node
+            # a kernel whose tree has promotion marks already (a user's) is kept as it is
+            kernel = None if _has_promotion_mark(node) else node
         if kernel is not None and T.is_mark(node, T.MARK_THREAD):
             if not threads_above:
                 node = _insert(node, _choose_shared(node, kernel, program, gathered, used),
@@ -423,6 +424,11 @@ def _below_marks(node: isl.ScheduleNode) -> isl.ScheduleNode:
 
 def _has_thread_mark(node: isl.ScheduleNode) -> bool:
     return any(T.is_mark(n, T.MARK_THREAD) for n in T.subtree(node))
+
+
+def _has_promotion_mark(node: isl.ScheduleNode) -> bool:
+    return any(T.is_mark(n) and parse_mark(n.mark_get_id().get_name()) is not None
+               for n in T.subtree(node))
 
 
 def _mapped_mark_below(node: isl.ScheduleNode) -> bool:
