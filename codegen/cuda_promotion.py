@@ -126,7 +126,7 @@ class Promotions:
 
 
 def _place(plan: PR.Plan, build: isl.AstBuild) -> Placed:
-    onto = _onto_build(plan.depth, build.get_schedule_space())
+    onto = _onto_build(plan, build.get_schedule_space())
     lower, extent, guard = [], [], []
     one = isl.Val.int_from_si(U.CTX, 1)
     for box in plan.boxes:
@@ -140,12 +140,14 @@ def _place(plan: PR.Plan, build: isl.AstBuild) -> Placed:
     return Placed(plan, lower, extent, guard)
 
 
-def _onto_build(depth: int, space: isl.Space):
+def _onto_build(plan: PR.Plan, space: isl.Space):
     """A function taking a PwAff or Set over the plan's [c0, ..., c(depth-1)] into the
     build's schedule space at the mark. That space either nests one wrapped pair per
     band ([[[] -> [a]] -> [b]], every loop there) or is flat and names the loops it
-    kept (``cK``, codegen/ast.loop_iterator): a loop isl left out takes one value, which
-    the function's own domain fixes (projected out; not single-valued: refused)."""
+    kept (``cK``, codegen/ast.loop_iterator). A loop isl left out takes one value where
+    the mark is: it must be a function of the kept loops over every iteration that
+    reaches the mark (``Plan.domain``), and is replaced by it (else: refused)."""
+    depth = plan.depth
     flatten = isl.MultiAff.identity(space.map_from_set()).flatten_range()
     n = space.dim(isl.dim_type.set)
     names = [space.get_dim_name(isl.dim_type.set, k) for k in range(n)]
@@ -157,19 +159,24 @@ def _onto_build(depth: int, space: isl.Space):
         raise ValueError("the build's schedule space does not match the plan")
     if kept != sorted(set(kept)) or any(k >= depth for k in kept):
         raise ValueError("the build's loops are not the plan's")
-    dropped = [k for k in range(depth) if k not in kept]
+    if len(kept) == depth:
+        return lambda obj: (obj.preimage_multi_aff(flatten) if isinstance(obj, isl.Set)
+                            else obj.pullback_multi_aff(flatten))
+    # { [kept loops] -> [every loop] } over the mark's iterations: single-valued when
+    # the loops left out are functions of the kept ones
+    every = isl.Map.identity(plan.domain.get_space().map_from_set()).intersect_domain(
+        plan.domain)
+    for k in reversed(range(depth)):
+        if k not in kept:
+            every = every.project_out(isl.dim_type.in_, k, 1)
+    if not every.is_single_valued():
+        raise ValueError("a loop isl left out is not fixed where the mark is")
+    back = isl.PwMultiAff.from_map(every).pullback_multi_aff(flatten)
 
     def onto(obj):
         if isinstance(obj, isl.Set):
-            for k in reversed(dropped):
-                obj = obj.project_out(isl.dim_type.set, k, 1)
-            return obj.preimage_multi_aff(flatten)
-        relation = isl.Map.from_pw_aff(obj)
-        for k in reversed(dropped):
-            relation = relation.project_out(isl.dim_type.in_, k, 1)
-        if not relation.is_single_valued():
-            raise ValueError("a loop isl left out is not fixed where the mark is")
-        return isl.PwMultiAff.from_map(relation).get_at(0).pullback_multi_aff(flatten)
+            return obj.preimage_pw_multi_aff(back)
+        return obj.pullback_pw_multi_aff(back)
 
     return onto
 

@@ -90,10 +90,12 @@ class Box:
 
 @dataclass(frozen=True)
 class Plan:
-    """What codegen prints at one promotion mark: its kind and one Box per array."""
+    """What codegen prints at one promotion mark: its kind, its schedule depth, the
+    iterations of the loops above it that reach it, and one Box per array."""
 
     kind: str
     depth: int
+    domain: isl.Set
     boxes: tuple[Box, ...]
 
 
@@ -225,7 +227,13 @@ def plan_at(node: isl.ScheduleNode, program: Program) -> Plan | None:
     if kind == MARK_SHARED and sum(b.elements * _itemsize(program, b.array)
                                    for b in boxes) > SHARED_BUDGET:
         return None
-    return Plan(kind, node.get_schedule_depth(), tuple(boxes)) if boxes else None
+    if not boxes:
+        return None
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(node.get_domain())
+    reached = U.sets_of(prefix.range())
+    if len(reached) != 1:
+        return None
+    return Plan(kind, node.get_schedule_depth(), reached[0], tuple(boxes))
 
 
 def footprint(node: isl.ScheduleNode, program: Program, array: str,
