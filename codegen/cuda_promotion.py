@@ -206,6 +206,7 @@ class Staged:
     name: str
     lower: tuple[str, ...] = ()
     sizes: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
 
     @property
     def register(self) -> bool:
@@ -226,8 +227,11 @@ class PromotedValuePrinter(ValuePrinter):
         if staged.register:
             return Text(staged.name)
         out = None
-        for index, low, size in zip(node.indices, staged.lower, staged.sizes):
+        for index, low, size, stride in zip(node.indices, staged.lower, staged.sizes,
+                                            staged.strides):
             local = Text(f"{self(index).at(ADD)} - {low}", ADD)
+            if stride > 1:  # an exact division: the element is low + stride * j
+                local = Text(f"({local.code}) / {stride}", MUL)
             out = local if out is None else Text(f"{out.at(MUL)} * {size} + {local.at(ADD)}", ADD)
         return Text(f"{staged.name}[{out.code}]", PRIMARY)
 
@@ -277,11 +281,13 @@ class PromotionPrinting:
             lines.append(c.Line(f"__shared__ {ctype} {buffer}[{total}];"))
             for name, expr in zip(lows, placed.lower[j]):
                 lines.append(c.Line(f"long {name} = {self._expr(expr).code};"))
-            for name, expr in zip(counts, placed.extent[j]):
-                lines.append(c.Line(f"long {name} = {self._expr(expr).code};"))
+            for name, expr, stride in zip(counts, placed.extent[j], box.strides):
+                span = self._expr(expr)  # highest - lowest + 1
+                count = span.code if stride == 1 else f"({span.at(ADD)} - 1) / {stride} + 1"
+                lines.append(c.Line(f"long {name} = {count};"))
             copies.append(self._copy_in(box, buffer, lows, counts, tid, threads,
                                         self._expr(placed.guard[j]).code))
-            staged[box.array] = Staged(buffer, tuple(lows), box.sizes)
+            staged[box.array] = Staged(buffer, tuple(lows), box.sizes, box.strides)
         body = self._with_staged(staged, inner)
         sync = c.Line("__syncthreads();")
         return c.Block(lines + copies + [sync, body, sync])
@@ -302,9 +308,11 @@ class PromotionPrinting:
                 body.append(c.Line(f"long {index[d]} = {buffer}_rest;"))
         inside = " && ".join(f"{i} < {n}" for i, n in zip(index, counts))
         name, extents = self.arrays[box.array]
-        element = f"{lows[0]} + {index[0]}"
-        for low, i, extent in zip(lows[1:], index[1:], extents):
-            element = f"({element}) * {extent.at(MUL)} + {low} + {i}"
+        at = [f"{low} + {i}" if s == 1 else f"{low} + {s} * {i}"
+              for low, i, s in zip(lows, index, box.strides)]
+        element = at[0]
+        for position, extent in zip(at[1:], extents):
+            element = f"({element}) * {extent.at(MUL)} + {position}"
         body.append(c.If(inside, c.Statement(f"{buffer}[{t}] = {name}[{element}]")))
         loop = c.For(f"long {t} = {tid}", f"{t} < {box.elements}", f"{t} += {threads}",
                      c.Block(body))

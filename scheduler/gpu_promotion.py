@@ -38,10 +38,13 @@ The two marks:
   written there, it is written at every such iteration (never store a write that might
   not happen). The load and store are guarded by the footprint's domain.
 
+Strides are removed from the boxes: where every element the references touch along a
+dimension is a multiple of isl's range stride s away from the lowest, the buffer holds
+one element in s (index (i - lo) / s).
+
 Not built: per-thread partial results with a block reduction for reductions mapped
-across threads (a reduction stays in one thread, gpu_mapping's rule), strides removed
-from the boxes (a strided footprint is staged with its gaps), copy-out of written
-arrays through shared memory.
+across threads (a reduction stays in one thread, gpu_mapping's rule), copy-out of
+written arrays through shared memory.
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ DECISION_OPERATIONS = 2_000_000
 class Box:
     """The box of one array at a promotion mark: per array dimension, its lowest and
     highest element as functions of the loops above the mark (anonymous set space of
-    the mark's schedule depth), and the most elements it spans over all of them."""
+    the mark's schedule depth), the stride every element touched keeps from the lowest
+    (isl's range stride: A[2i + 1] touches every other element, which the buffer leaves
+    out), and the most elements it holds over all of them (strides removed)."""
 
     array: str
     lower: tuple[isl.PwAff, ...]
@@ -82,6 +87,7 @@ class Box:
     sizes: tuple[int, ...]
     reads: bool
     writes: bool
+    strides: tuple[int, ...] = ()
 
     @property
     def elements(self) -> int:
@@ -255,18 +261,24 @@ def footprint_box(node: isl.ScheduleNode, program: Program, array: str) -> Box |
     fp = footprint(node, program, array)
     if fp is None:
         return None
-    lower, upper, sizes = [], [], []
+    lower, upper, sizes, strides = [], [], [], []
     for k in range(fp.dim(isl.dim_type.out)):
         low, high = fp.dim_min(k), fp.dim_max(k)
         most = high.sub(low).max_val()
         if not most.is_int():
             return None
+        # every element touched is offset(prefix) + stride * j, the lowest one included:
+        # high - low is a multiple of the stride
+        stride = fp.get_range_stride_info(k).get_stride()
+        stride = int(stride.to_python()) if stride.is_int() and stride.to_python() > 1 else 1
         lower.append(low)
         upper.append(high)
-        sizes.append(int(most.to_python()) + 1)
+        sizes.append(int(most.to_python()) // stride + 1)
+        strides.append(stride)
     reads = not _access(program, node.get_domain(), array, True, False).is_empty()
     writes = not _access(program, node.get_domain(), array, False, True).is_empty()
-    return Box(array, tuple(lower), tuple(upper), tuple(sizes), reads, writes)
+    return Box(array, tuple(lower), tuple(upper), tuple(sizes), reads, writes,
+               tuple(strides))
 
 
 def private_box(node: isl.ScheduleNode, kernel: isl.ScheduleNode, program: Program,

@@ -52,6 +52,8 @@ STENCIL = """
 def blur(float(H, W) A) -> (B) {
     B(i, j) = 0.2 * (A(i, j) + A(i + 1, j) + A(i, j + 1) + A(i + 2, j + 1) + A(i + 1, j + 2))
 }"""
+# every third element of a row: the box along it has a stride of 3, left out of the buffer
+STRIDED = "def sub(float(M, W) A) -> (B) { B(i, j) = A(i, 3 * j + 1) * 2.0 }"
 INT_MATMUL = "def imm(int32(M, K) A, int32(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 
 
@@ -71,6 +73,7 @@ PROGRAMS = {
     "stencil": (STENCIL, lambda r: [f32(r, 21, 26)],
                 lambda a: 0.2 * (a[:-2, :-2] + a[1:-1, :-2] + a[:-2, 1:-1] + a[2:, 1:-1]
                                  + a[1:-1, 2:]), {"A"}),
+    "strided": (STRIDED, lambda r: [f32(r, 13, 47)], lambda a: a[:, 1::3] * 2, {"A"}),
     "int_matmul": (INT_MATMUL, lambda r: [_ints(r, 15, 22), _ints(r, 22, 13)],
                    lambda a, b: a @ b, {"A", "B"}),
 }
@@ -214,6 +217,17 @@ def test_the_plans_at_the_marks():
     assert not plans[PR.MARK_SHARED]["A"].writes
     c = plans[PR.MARK_PRIVATE]["C"]
     assert c.sizes == (1, 1) and c.reads and c.writes
+
+
+def test_strides_are_removed_from_the_boxes():
+    kernel = polycomp.compile(STRIDED, sizes={"M": 13, "W": 47}, target="cuda",
+                              gpu_block=(8, 4))
+    (node,) = [n for n in T.nodes(kernel.schedule) if T.is_mark(n)
+               and PR.parse_mark(n.mark_get_id().get_name()) == (PR.MARK_SHARED, ["A"])]
+    (box,) = PR.plan_at(node, kernel.program).boxes
+    # 4 rows of 8 threads along j read A(i, 3j + 1): 8 elements a row, not 22
+    assert box.strides == (1, 3) and box.sizes == (4, 8)
+    assert "__shared__ float polycomp_shared0_0[32];" in kernel.source
 
 
 # ----------------------------------------------------------------------------- runs
