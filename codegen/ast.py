@@ -25,6 +25,7 @@ one of three instances through):
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import islpy as isl
 
@@ -41,7 +42,8 @@ LOOP_MARKS = T.LOOP_MARKS
 
 
 def build_ast(program: Program, schedule: isl.Schedule,
-              ordered: isl.UnionMap | None = None) -> isl.AstNode:
+              ordered: isl.UnionMap | None = None,
+              after_mark: MarkHook | None = None) -> isl.AstNode:
     """isl's AST for ``schedule``, checked to run each instance of its domain once and
     every dependence in ``ordered`` (the program's, source -> sink) forward.
 
@@ -56,7 +58,11 @@ def build_ast(program: Program, schedule: isl.Schedule,
     verify.PARAMETRIC_EXACT_OPERATIONS, else CheckOutOfBudget; a specialised one whose
     exact half exceeds verify.EXACT_OPERATIONS is accepted on the cheap half (no
     instance outside the domain). That is a known gap: at LARGE it covers cholesky, lu,
-    fdtd-2d, heat-3d and jacobi-2d."""
+    fdtd-2d, heat-3d and jacobi-2d.
+
+    ``after_mark``: isl's after-each-mark callback for every try (``reset()`` before
+    each), so that a printer can have expressions built where a mark sits (the GPU
+    targets' promotion marks, codegen/cuda.py)."""
     configure_isl()
     domain = schedule.get_domain()
     compact = compaction(domain)
@@ -66,7 +72,9 @@ def build_ast(program: Program, schedule: isl.Schedule,
     budget = PARAMETRIC_EXACT_OPERATIONS if program.params else None
     for attempt in (_as_tree, _separated, _flattened):
         try:
-            node = attempt(program.context, schedule, compact)
+            if after_mark is not None:
+                after_mark.reset()
+            node = attempt(program.context, schedule, compact, after_mark)
             exact = check_ast(node, domain, program.params, program.context, program.name,
                               budget, ordered)
             if exact or not program.params:
@@ -86,27 +94,42 @@ def build_ast(program: Program, schedule: isl.Schedule,
                       + "\n  ".join(failures))
 
 
+class MarkHook(Protocol):
+    """An after-each-mark callback (``__call__(node, build) -> node``) with a
+    ``reset()`` that forgets what an earlier try of the build recorded."""
+
+    def __call__(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode: ...
+
+    def reset(self) -> None: ...
+
+
 def _generate(context: isl.Set, compact: isl.UnionPwMultiAff | None,
-              generate: Callable[[isl.AstBuild], isl.AstNode]) -> isl.AstNode:
+              generate: Callable[[isl.AstBuild], isl.AstNode],
+              after_mark: MarkHook | None = None) -> isl.AstNode:
     """``generate(build)`` on an AstBuild that writes calls in the original iterators of
     compacted statements."""
     build = isl.AstBuild.from_context(context)
-    handle = None
+    handle = marks = None
     if compact is not None:
         build, handle = build.set_at_each_domain(_original_call(compact))
+    if after_mark is not None:
+        build, marks = build.set_after_each_mark(after_mark)
     node = generate(build)
-    del handle  # the callback must live until the AST is built
+    del handle, marks  # the callbacks must live until the AST is built
     return node
 
 
 def _as_tree(context: isl.Set, schedule: isl.Schedule,
-             compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+             compact: isl.UnionPwMultiAff | None,
+             after_mark: MarkHook | None = None) -> isl.AstNode:
     marked = with_mark_depths(schedule)
-    return _generate(context, compact, lambda build: build.node_from_schedule(marked))
+    return _generate(context, compact, lambda build: build.node_from_schedule(marked),
+                     after_mark)
 
 
 def _separated(context: isl.Set, schedule: isl.Schedule,
-               compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+               compact: isl.UnionPwMultiAff | None,
+               after_mark: MarkHook | None = None) -> isl.AstNode:
     """The tree with its default band members generated "separate": isl then never
     generates statements with different bounds in one loop (where it dropped instances of
     one of them, judging a point loop fixed by the others)."""
@@ -118,11 +141,13 @@ def _separated(context: isl.Set, schedule: isl.Schedule,
                     node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.separate)
         return node
 
-    return _as_tree(context, schedule.map_schedule_node_bottom_up(separate), compact)
+    return _as_tree(context, schedule.map_schedule_node_bottom_up(separate), compact,
+                    after_mark)
 
 
 def _flattened(context: isl.Set, schedule: isl.Schedule,
-               compact: isl.UnionPwMultiAff | None) -> isl.AstNode:
+               compact: isl.UnionPwMultiAff | None,
+               after_mark: MarkHook | None = None) -> isl.AstNode:
     """The schedule as one flat map (isl refused some tiled trees with "unknown divs")."""
     flat = schedule.get_map()
     return _generate(context, compact, lambda build: build.node_from_schedule_map(flat))

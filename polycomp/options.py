@@ -88,6 +88,9 @@ class Options:
                 its length is how many loops may be shared out over blocks; a loop with
                 more tiles than blocks runs them in turns. None: up to three loops, as
                 many blocks as tiles (within CUDA's limits).
+    gpu_promotion  GPU targets: stage reused or uncoalesced read-only tiles in shared
+                memory and keep a thread's own elements in registers
+                (scheduler/gpu_promotion.py); False prints every access to global memory.
     cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
     cache       reuse compiled libraries from the on-disk cache.
     """
@@ -115,6 +118,7 @@ class Options:
     records: str | None = None
     gpu_block: tuple[int, ...] | None = None
     gpu_grid: tuple[int, ...] | None = None
+    gpu_promotion: bool = True
     cc: str | None = None
     cflags: tuple[str, ...] | None = None
     cache: bool = True
@@ -129,7 +133,7 @@ class Options:
             raise OptionError(f"option 'records' must be a path (a string), not "
                               f"{self.records!r}", hint="e.g. records='tuning.sqlite'")
         for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
-                     "vectorize", "expand_scalars", "block_channels", "exact_fp"):
+                     "vectorize", "expand_scalars", "block_channels", "exact_fp", "gpu_promotion"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"option '{name}' must be True or False, "
                                   f"not {getattr(self, name)!r}")

@@ -4,9 +4,10 @@ threads share out. The pass of the ``cuda`` and ``cuda-emulated`` targets.
 Place in the pipeline: after the scheduler, instead of the CPU tiling (the GPU targets
 set ``Target.neutral_tiling`` off: tile sizes here are the blocks' shapes, not the
 caches'), before the legality check; ``check_mapping`` (the targets' ``annotate``)
-checks the mapped loops, and codegen/cuda.py prints the marks. A later pass (memory
-promotion to shared memory and registers, issue 14 item 3) would go between this one
-and codegen: it finds each kernel's tile band directly above its point band.
+checks the mapped loops, and codegen/cuda.py prints the marks. The next pass,
+scheduler/gpu_promotion.py (shared-memory and register promotion, issue 14 item 3),
+puts its marks above each kernel's outermost thread mark (below the block loops and the
+sequential tile band) and below its innermost thread band.
 
 What the marks mean (scheduler/tree.py names them):
 
@@ -26,9 +27,10 @@ The condition a mapped member keeps (``mappable``): every dependence between two
 instances of the kernel that agree on the host loops around it (the reductions' chains
 included: a reduction stays in one thread, sequential) has distance 0 on it. Then any
 two dependent instances of a kernel run in one thread, in the schedule's order, and no
-barrier is needed: there is no shared memory yet. That is stronger than isl's coincidence
-(which takes the loops between the kernel and the member as fixed): a thread may run a
-sequential loop (the k of a matmul) around its points, and no thread waits for another.
+barrier is needed for them (gpu_promotion's shared tiles bring their own barriers).
+That is stronger than isl's coincidence (which takes the loops between the kernel and
+the member as fixed): a thread may run a sequential loop (the k of a matmul) around its
+points, and no thread waits for another.
 
 Placement, per outermost band on each path (a sequence or set node at host level gives
 one kernel per child): the fewest leading band members that must stay on the host (a
@@ -83,7 +85,7 @@ DEFAULT_BLOCKS = {1: (256,), 2: (32, 8), 3: (32, 4, 2)}
 DEFAULT_BLOCK_AXES = 2  # thread axes mapped when Options.gpu_block is None
 DEFAULT_GRID_AXES = 3  # block axes mapped when Options.gpu_grid is None
 # tile size along the band members no block or thread takes (a matmul's k): each thread
-# runs them itself; a tile of them is what a promotion pass would stage in shared memory
+# runs them itself; a tile of them is what gpu_promotion stages in shared memory
 SEQUENTIAL_TILE = 32
 
 GPU_MARKS = (T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD)

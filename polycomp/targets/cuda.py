@@ -5,7 +5,8 @@ Place in the pipeline (targets/base.py lists what a target owns); both targets s
 
 - no CPU tiling (``neutral_tiling`` off), then the pass ``gpu_mapping``
   (scheduler/gpu_mapping.py: ``kernel``, ``block``, ``thread`` marks, tiles shaped like
-  the blocks), the marks they print;
+  the blocks), then ``gpu_promotion`` (scheduler/gpu_promotion.py: ``shared:`` and
+  ``private:`` marks, unless ``Options.gpu_promotion`` is off), the marks they print;
 - after the legality check (``annotate``): the mapped loops checked
   (gpu_mapping.check_mapping: a mapped loop carries no dependence inside its kernel);
 - code: codegen/cuda.py, one ``.cu`` text whose host entry takes the OpenMP entry's
@@ -45,6 +46,7 @@ from polycomp.options import Options
 from polycomp.scheduler import tree as T
 from polycomp.scheduler.dependences import Dependences
 from polycomp.scheduler.gpu_mapping import check_mapping, map_to_gpu
+from polycomp.scheduler.gpu_promotion import promote
 
 from .native import NativeTarget
 
@@ -119,7 +121,7 @@ class _CudaText(NativeTarget):
     """What the two CUDA targets share: passes, marks, the check, the code, the status."""
 
     marks = frozenset({T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD})
-    passes = (("gpu_mapping", _gpu_mapping),)
+    passes = (("gpu_mapping", _gpu_mapping), ("gpu_promotion", promote))
     neutral_tiling = False
     source_suffix = ".cu"
 
