@@ -398,7 +398,7 @@ def _ipow_c(name: str, dtype: str) -> str:
     1/b^-e truncated: 1 for b = 1, +-1 for b = -1, else 0 (numpy refuses it; so does
     nothing in C)."""
     t = CTYPES[dtype]
-    negative = (f"b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0" if dtype.startswith("int")
+    negative = ("b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0" if dtype.startswith("int")
                 else "b == 1")
     return (f"static inline {t} {name}({t} b, int64_t e) {{ if (e < 0) return ({t})({negative}); "
             "uint64_t r = 1, x = (uint64_t)b; "

@@ -24,7 +24,7 @@ The research door: ``Program.from_isl`` builds a Program from isl strings, e.g.:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import islpy as isl

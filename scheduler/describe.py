@@ -28,7 +28,6 @@ import islpy as isl
 
 from polycomp import islutil as U
 
-from . import tree as T
 from .dependences import Dependences
 from .legality import carried_by_member
 

@@ -345,7 +345,6 @@ def _cone_rows(poly: isl.Set) -> list[tuple[int, ...]]:
     cone = poly.coefficients()
     if cone.dim(dim.div):
         raise ValueError("isl gave a coefficient set with local variables")
-    n = cone.dim(dim.set)
     out = []
     for con in cone.get_constraints():
         values = [_value(con.get_coefficient_val(dim.set, k)) for k in range(keep)]

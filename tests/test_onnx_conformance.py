@@ -40,7 +40,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-import onnx.backend.test  # noqa: E402
+import onnx.backend.test  # noqa: E402, F811 - the module under the importorskip name
 from onnx.backend.test.loader import load_model_tests  # noqa: E402
 
 import polycomp.onnx  # noqa: E402

@@ -44,8 +44,6 @@ def test_illegal_transforms_are_refused_at_once(mm_editor):
 
 
 def test_distribute_then_fuse_round_trips(mm_editor):
-    program = matmul()
-    deps = compute_dependences(program)
     split = mm_editor.distribute(0)
     assert len(split.bands()) == 2
     fused = split.fuse(0)

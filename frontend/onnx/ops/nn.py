@@ -670,7 +670,7 @@ def _global_pool(ctx: NodeContext, reduction: str) -> None:
     r = x.rank - 2
     out = ctx.output(0)
     it = _iters(2 + r)
-    n, c, ks = it[0], it[1], it[2:]
+    n, c = it[0], it[1]
     target = out[(n, c) + (_c(0),) * r]
     if reduction == "max":
         _init(ctx, out, elem_const(E.reduction_identity("max", dtype), dtype))
