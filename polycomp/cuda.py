@@ -8,7 +8,10 @@ Place in the pipeline: beside the ``cuda`` and ``cuda-emulated`` targets
   the root is found from nvcc's own location, symlinks resolved, and where nvcc on PATH
   is a wrapper script, from nvcc's ``--dryrun`` report of its ``TOP``);
 - whether a kernel can run here: ``available() -> (bool, reason)``, which never raises
-  (no pycuda, no driver, a failing ``cuInit``, no device: each has its reason);
+  (no driver, a failing ``cuInit``, no device: each has its reason). It asks pycuda
+  where it is installed, else the driver library itself through ctypes: the ``cuda``
+  target builds with nvcc and loads with ctypes, so a GPU machine without pycuda (one
+  with PyTorch's stack, say) runs kernels too;
 - what a kernel needs from the GPU: ``ptxas_resources(source, arch)`` compiles a .cu to
   a cubin (``nvcc -cubin -arch=sm_XX -Xptxas -v``, with the include folder of
   targets/polycomp_cuda.h) and parses ptxas's report per kernel (registers, static
@@ -121,10 +124,9 @@ def _root_of(nvcc: str) -> Path | None:
 def available() -> tuple[bool, str]:
     """(True, the devices) when a CUDA kernel can run here, else (False, why not).
 
-    Never raises. The reasons: pycuda is not installed (the ``cuda`` extra, README);
-    ``import pycuda.driver`` fails (no driver: libcuda.so.1 is missing); ``cuInit``
-    fails (the driver is there but does not start, e.g. older than the toolkit); there
-    is no CUDA device."""
+    Never raises. The reasons: no driver (``import pycuda.driver`` fails, or without
+    pycuda, libcuda.so.1 does not load); ``cuInit`` fails (the driver is there but does
+    not start, e.g. older than the toolkit); there is no CUDA device."""
     try:
         return _available()
     except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
@@ -135,8 +137,7 @@ def _available() -> tuple[bool, str]:
     import importlib.util
 
     if importlib.util.find_spec("pycuda") is None:
-        return False, ("pycuda is not installed (the 'cuda' extra: see the README's "
-                       "'CUDA' section)")
+        return _driver_available()
     try:
         import pycuda.driver as driver
     except ImportError as exc:
@@ -160,6 +161,62 @@ def _available() -> tuple[bool, str]:
         major, minor = device.compute_capability()
         names.append(f"{device.name()} (sm_{major}{minor})")
     return True, f"{count} CUDA device{'s' if count > 1 else ''}: {', '.join(names)}"
+
+
+# the driver API's library (the GPU driver installs it; the toolkit has only a stub)
+DRIVER_LIBRARY = "libcuda.so.1"
+CUDA_ERROR_NO_DEVICE = 100
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+
+def _driver_available() -> tuple[bool, str]:
+    """``available()`` without pycuda: the driver API through ctypes (cuInit,
+    cuDeviceGetCount, the devices' names and compute capabilities)."""
+    import ctypes
+
+    library = DRIVER_LIBRARY
+
+    try:
+        driver = ctypes.CDLL(library)
+    except OSError as exc:
+        return False, f"no CUDA driver: {library} does not load ({exc})"
+    status = driver.cuInit(0)
+    if status == CUDA_ERROR_NO_DEVICE:
+        return False, f"no CUDA device: cuInit failed ({_driver_error(driver, status)})"
+    if status != 0:
+        return False, f"the CUDA driver did not start: cuInit failed ({_driver_error(driver, status)})"
+    count = ctypes.c_int(0)
+    status = driver.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0:
+        return False, f"the CUDA driver did not count its devices ({_driver_error(driver, status)})"
+    if count.value < 1:
+        return False, "no CUDA device: the driver started and found none"
+    names = []
+    for index in range(count.value):
+        device, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        name = ctypes.create_string_buffer(256)
+        if driver.cuDeviceGet(ctypes.byref(device), index) != 0:
+            names.append(f"device {index} (not readable)")
+            continue
+        driver.cuDeviceGetName(name, len(name), device)
+        driver.cuDeviceGetAttribute(ctypes.byref(major),
+                                    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)
+        driver.cuDeviceGetAttribute(ctypes.byref(minor),
+                                    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)
+        names.append(f"{name.value.decode(errors='replace')} (sm_{major.value}{minor.value})")
+    n = count.value
+    return True, f"{n} CUDA device{'s' if n > 1 else ''}: {', '.join(names)}"
+
+
+def _driver_error(driver, status: int) -> str:  # noqa: ANN001 - a ctypes.CDLL
+    """The driver's name for an error code (cuGetErrorName), or the number."""
+    import ctypes
+
+    text = ctypes.c_char_p()
+    if driver.cuGetErrorName(status, ctypes.byref(text)) == 0 and text.value:
+        return f"{text.value.decode(errors='replace')}, {status}"
+    return f"error {status}"
 
 
 # ------------------------------------------------------------------ ptxas resources

@@ -335,13 +335,56 @@ def test_available_reasons(fake_pycuda, driver_body, ok, reason):
     assert result[0] is ok and result[1].startswith(reason), result
 
 
-def test_available_without_pycuda(monkeypatch):
+# A stand-in for the driver library (libcuda.so.1): cuInit returns INIT, the device
+# count is COUNT; the rest answers as a driver does.
+FAKE_DRIVER = r"""
+#include <string.h>
+int cuInit(unsigned int flags) { (void)flags; return INIT; }
+int cuDeviceGetCount(int *count) { *count = COUNT; return 0; }
+int cuDeviceGet(int *device, int ordinal) { *device = ordinal; return 0; }
+int cuDeviceGetName(char *name, int len, int device) {
+    (void)device; strncpy(name, "Fake GPU", (size_t)len); return 0; }
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+    (void)device; *value = attribute == 75 ? 9 : 0; return 0; }
+int cuGetErrorName(int status, const char **name) {
+    *name = status == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_INSUFFICIENT_DRIVER";
+    return 0; }
+"""
+
+
+def _without_pycuda(monkeypatch):
     import importlib.util
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "pycuda" else real(name, *a))
-    assert cuda.available() == (False, "pycuda is not installed (the 'cuda' extra: see "
-                                       "the README's 'CUDA' section)")
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("init, count, ok, reason", [
+    (100, 0, False, "no CUDA device: cuInit failed (CUDA_ERROR_NO_DEVICE, 100)"),
+    (35, 0, False, "the CUDA driver did not start: cuInit failed "
+                   "(CUDA_ERROR_INSUFFICIENT_DRIVER, 35)"),
+    (0, 0, False, "no CUDA device: the driver started and found none"),
+    (0, 2, True, "2 CUDA devices: Fake GPU (sm_90), Fake GPU (sm_90)"),
+])
+def test_available_without_pycuda_asks_the_driver(tmp_path, monkeypatch, init, count, ok,
+                                                   reason):
+    """Without pycuda, available() loads the driver library itself (ctypes)."""
+    source, library = tmp_path / "driver.c", tmp_path / "libcuda.so.1"
+    source.write_text(FAKE_DRIVER)
+    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", f"-DINIT={init}",
+                    f"-DCOUNT={count}", str(source), "-o", str(library)], check=True)
+    _without_pycuda(monkeypatch)
+    monkeypatch.setattr(cuda, "DRIVER_LIBRARY", str(library))
+    assert cuda.available() == (ok, reason)
+
+
+def test_available_without_pycuda_or_driver(monkeypatch):
+    _without_pycuda(monkeypatch)
+    monkeypatch.setattr(cuda, "DRIVER_LIBRARY", "libpolycomp-no-such-driver.so.1")
+    ok, reason = cuda.available()
+    assert not ok and reason.startswith(
+        "no CUDA driver: libpolycomp-no-such-driver.so.1 does not load"), reason
 
 
 def test_available_here_never_raises():
