@@ -113,6 +113,7 @@ def cuda_name(name: str) -> str:
 
 STATUS_OUT = "polycomp_status_out"  # a kernel's pointer to the status word
 DEVICE_STATUS = "polycomp_dev_status"
+DEVICE_SUFFIX = "_device"  # the device entry: <entry>_device (polycomp/targets/cuda.py)
 
 
 def generate_cuda(program: Program, schedule: isl.Schedule, options: Options,
@@ -245,20 +246,97 @@ class CudaPrinter(PromotionPrinting, CPrinter):
                        for k, a in enumerate(x for x in arguments if x.kind == "array")}
         self.device.update({a.name: f"polycomp_scratch{k}" for k, a in enumerate(self.scratch)})
 
-    # ------------------------------------------------------------------ the entry
+    # ------------------------------------------------------------------ the entries
     def host_entry(self, ast: isl.AstNode) -> str:
+        """The launch function (the host part of the AST, its launches, the sync), then
+        the device entry and the host entry that both call it (module doc)."""
         build = expression_builder(self.program)
+        return "\n\n".join([self._launch_function(ast), self._device_entry(build),
+                            self._copying_entry(build)])
+
+    def _launch_function(self, ast: isl.AstNode) -> str:
+        """``static int <entry>_launch(sizes, scalars, device arrays, scratch, status
+        word)``: the one printed launch sequence. It returns a host macro's failure
+        (polycomp_cuda.h) or 0; the kernels' own statuses are in the status word."""
+        params = [self._kernel_declarator(a) if a.kind != "array" else
+                  f"{self._const(a.name)}{a.ctype} *__restrict__ {self.device[a.name]}"
+                  for a in self.arguments]
+        params += [f"{CTYPES[a.dtype]} *__restrict__ {self.device[a.name]}"
+                   for a in self.scratch]
+        params.append(f"int *__restrict__ {DEVICE_STATUS}")
+        body = self._scoped(lambda: self.emit(ast))
+        statements: list[c.Generable] = [c.Line(f"int {STATUS} = 0;")]
+        statements += _spliced(list(body.contents) if type(body) is c.Block else [body])
+        statements += [c.Line("POLYCOMP_SYNC();"), c.Line(f"{CLEANUP}:"),
+                       c.Statement(f"return {STATUS}")]
+        signature = c.Line(f"static int {self._launch_name()}({', '.join(params)})")
+        return str(c.FunctionBody(signature, c.Block(statements)))
+
+    def _launch_name(self) -> str:
+        return f"{entry_name(self.program)}_launch"
+
+    def _launch_call(self) -> list[str]:
+        """The lines calling the launch function (declarations all above: a jump may not
+        pass one in C++)."""
+        args = [self._kernel_argument(a) for a in self.arguments] + [
+            self.device[a.name] for a in self.scratch] + [DEVICE_STATUS]
+        return [f"{STATUS} = {self._launch_name()}({', '.join(args)});",
+                f"if ({STATUS} != 0) goto {CLEANUP};"]
+
+    def _allocation(self, build, array_name: str) -> tuple[str, str, str]:
+        """(the device pointer's C type, its name, its size in bytes as C)."""
+        array = self.program.array(array_name)
+        ctype = CTYPES[array.dtype]
+        count = " * ".join([f"sizeof({ctype})"] + [
+            f"(size_t)({self._extent(build, pa).code})" for pa in array.shape])
+        return ctype, self.device[array_name], count
+
+    def _device_entry(self, build) -> str:
+        """``extern "C" int <entry>_device(...)``: the host entry's arguments, the arrays
+        device pointers (host pointers under the emulation). It allocates the scratch
+        arrays, and the temporaries given as null pointers (the runtime passes null for
+        those no caller supplies), launches on the given arrays, synchronises and returns
+        the status; the status word is the calling thread's own, kept from call to call
+        (POLYCOMP_STATUS_WORD)."""
+        params = [self._host_declarator(a) for a in self.arguments] or ["void"]
+        lines, allocs, frees = [f"int {STATUS} = 0;"], [], []
+        for a in self.arguments:
+            if a.kind != "array":
+                continue
+            ctype, dev, count = self._allocation(build, a.name)
+            lines.append(f"{self._const(a.name)}{ctype} *{dev} = {cuda_name(a.name)};")
+            if self.program.array(a.name).role != "temporary" or a.name not in self.written:
+                continue
+            own = f"{dev}_own"
+            lines.append(f"{ctype} *{own} = 0;")
+            allocs += [f"if ({dev} == 0) {{", f"  POLYCOMP_ALLOC({own}, {count});",
+                       f"  {dev} = {own};", "}"]
+            frees.append(f"POLYCOMP_FREE({own});")
+        for a in self.scratch:
+            ctype, dev, count = self._allocation(build, a.name)
+            lines.append(f"{ctype} *{dev} = 0;")
+            allocs.append(f"POLYCOMP_ALLOC({dev}, {count});")
+            frees.append(f"POLYCOMP_FREE({dev});")
+        lines.append(f"int *{DEVICE_STATUS} = 0;")
+        allocs.append(f"POLYCOMP_STATUS_WORD({DEVICE_STATUS});")
+        body = lines + allocs + self._launch_call() + [
+            f"POLYCOMP_COPY_OUT(&{STATUS}, {DEVICE_STATUS}, sizeof(int));", f"{CLEANUP}:",
+            *frees, f"return {STATUS};"]
+        signature = f'extern "C" int {entry_name(self.program)}{DEVICE_SUFFIX}({", ".join(params)})'
+        return str(c.FunctionBody(c.Line(signature), c.Block([c.Line(x) for x in body])))
+
+    def _copying_entry(self, build) -> str:
+        """``extern "C" int <entry>(...)`` on host arrays: device copies of every array
+        (and scratch array), the copies in, the launch function, the copies out, the
+        frees."""
         params = [self._host_declarator(a) for a in self.arguments] or ["void"]
         lines = [f"int {STATUS} = 0;"]
         copies_in, copies_out, frees = [], [], []
         for a in [*self.arguments, *self.scratch]:
             if isinstance(a, CArgument) and a.kind != "array":
                 continue
-            array = self.program.array(a.name)
-            ctype, dev = CTYPES[array.dtype], self.device[a.name]
+            ctype, dev, count = self._allocation(build, a.name)
             size = f"{dev}_bytes"
-            count = " * ".join([f"sizeof({ctype})"] + [
-                f"(size_t)({self._extent(build, pa).code})" for pa in array.shape])
             lines.append(f"{ctype} *{dev} = 0;")
             lines.append(f"size_t {size} = {count};")
             copies_in.append(f"POLYCOMP_ALLOC({dev}, {size});")
@@ -272,16 +350,15 @@ class CudaPrinter(PromotionPrinting, CPrinter):
                       f"POLYCOMP_COPY_IN({DEVICE_STATUS}, &{STATUS}, sizeof(int));"]
         copies_out.append(f"POLYCOMP_COPY_OUT(&{STATUS}, {DEVICE_STATUS}, sizeof(int));")
         frees.append(f"POLYCOMP_FREE({DEVICE_STATUS});")
-        body = self._scoped(lambda: self.emit(ast))
-        statements: list[c.Generable] = [c.Line(line) for line in lines + copies_in]
-        statements += _spliced(list(body.contents) if type(body) is c.Block else [body])
-        statements += [c.Line("POLYCOMP_SYNC();")]
-        statements += [c.Line(line) for line in copies_out]
         # every declaration is above the first jump here (C++ forbids jumping past one)
-        statements += [c.Line(f"{CLEANUP}:")] + [c.Line(line) for line in frees]
+        body = lines + copies_in + self._launch_call() + copies_out + [f"{CLEANUP}:"] + frees
+        statements: list[c.Generable] = [c.Line(line) for line in body]
         statements.append(c.Statement(f"return {STATUS}"))
         signature = c.Line(f'extern "C" int {entry_name(self.program)}({", ".join(params)})')
         return str(c.FunctionBody(signature, c.Block(statements)))
+
+    def _const(self, name: str) -> str:
+        return "" if name in self.written else "const "
 
     def _host_declarator(self, arg: CArgument) -> str:
         name = cuda_name(arg.name)

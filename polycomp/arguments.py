@@ -76,24 +76,7 @@ def bind(kernel_name: str, interface: Interface, args: Sequence[object]) -> Boun
             if spec.is_size:  # a size given as a number may be negative; the context decides
                 _bind_size(bound, origin, spec.name, int(bound.values[spec.name]), spec.name,  # type: ignore[call-overload]
                            allow_negative=True)
-    for spec, array in tensors:  # names first, so that expressions below can use them
-        for k, dim in enumerate(spec.dims):
-            if isinstance(dim, str):
-                _bind_size(bound, origin, dim, array.shape[k], f"{spec.name}.shape[{k}]")
-    for spec, array in tensors:
-        for k, dim in enumerate(spec.dims):
-            if isinstance(dim, int):
-                expected: int | None = dim
-            elif isinstance(dim, str):
-                continue
-            else:
-                expected = U.pw_aff_value(dim, bound.sizes)
-            if expected is None or array.shape[k] != expected:
-                raise ArgumentError(
-                    f"argument '{spec.name}' of '{kernel_name}' has shape {array.shape}; "
-                    f"dimension {k} must be {expected if expected is not None else dim}",
-                    hint=f"declared dims: ({', '.join(str(d) for d in spec.dims)}) "
-                         f"with sizes {bound.sizes}")
+    check_dims(kernel_name, bound, origin, [(spec, array.shape) for spec, array in tensors])
     _check_aliasing(kernel_name, tensors)
     for spec, array in tensors:
         if array.flags.c_contiguous:
@@ -113,6 +96,30 @@ def bind(kernel_name: str, interface: Interface, args: Sequence[object]) -> Boun
             if spec.updated:
                 bound.write_back.append((array, copy))
     return bound
+
+
+def check_dims(kernel_name: str, bound: BoundArguments, origin: dict[str, str],
+               tensors: Sequence[tuple[TensorArg, tuple[int, ...]]]) -> None:
+    """Binds the size names of the tensors' shapes and checks every extent against its
+    declared dim (the normal call's and Kernel.on_device's rule)."""
+    for spec, shape in tensors:  # names first, so that expressions below can use them
+        for k, dim in enumerate(spec.dims):
+            if isinstance(dim, str):
+                _bind_size(bound, origin, dim, shape[k], f"{spec.name}.shape[{k}]")
+    for spec, shape in tensors:
+        for k, dim in enumerate(spec.dims):
+            if isinstance(dim, int):
+                expected: int | None = dim
+            elif isinstance(dim, str):
+                continue
+            else:
+                expected = U.pw_aff_value(dim, bound.sizes)
+            if expected is None or shape[k] != expected:
+                raise ArgumentError(
+                    f"argument '{spec.name}' of '{kernel_name}' has shape {shape}; "
+                    f"dimension {k} must be {expected if expected is not None else dim}",
+                    hint=f"declared dims: ({', '.join(str(d) for d in spec.dims)}) "
+                         f"with sizes {bound.sizes}")
 
 
 def _tensor(kernel: str, spec: TensorArg, value: object) -> np.ndarray:

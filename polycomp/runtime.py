@@ -25,8 +25,9 @@ import numpy as np
 
 from . import arguments
 from .driver import Compiled, compile_program
-from .errors import ArgumentError, IntegerDivisionError, InternalError, PolycompError
-from .ir import Array, Interface, Program
+from .errors import (ArgumentError, IntegerDivisionError, InternalError, PolycompError,
+                     UnsupportedError)
+from .ir import Array, Interface, Program, TensorArg
 from .memory import aligned_empty, aligned_zeros, check_buffer
 from .options import Options
 from .scheduler.dependences import Dependences
@@ -75,6 +76,18 @@ class Variant:
         if self._function is None:
             self._function = self.target.load(self.compiled.source, self.options)
         return self._function
+
+    @functools.cached_property
+    def device_function(self) -> Callable[..., int]:
+        """The CUDA targets' device entry (Kernel.on_device), built and loaded on first
+        use."""
+        load = getattr(self.target, "load_device", None)
+        if load is None:
+            raise UnsupportedError(
+                f"target '{self.options.target}' has no device entry: on_device runs "
+                f"kernels compiled for target='cuda' or 'cuda-emulated'",
+                hint="call the kernel itself, or compile it with target='cuda'")
+        return load(self.compiled.source, self.options)
 
     @functools.cached_property
     def calling(self) -> Callable[[], AbstractContextManager] | None:
@@ -289,6 +302,145 @@ class Kernel:
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def on_device(self, *args: object, out: Mapping[str, object] | None = None,
+                  work: Mapping[str, object] | None = None) -> object:
+        """Run on arrays already on the device, writing the outputs in place.
+
+        ``args``: the inputs as for a normal call, but device arrays: for target='cuda'
+        objects with ``__cuda_array_interface__`` (CuPy arrays, PyTorch CUDA tensors),
+        for 'cuda-emulated' numpy arrays (host memory plays the device's). ``out``: a
+        device array for every output, by name, C-contiguous, of the output's shape and
+        dtype; the kernel writes them in place (an output the kernel does not write
+        whole is zeroed first: numpy and CuPy ``fill(0)``, PyTorch ``zero_()``) and they
+        are returned as a normal call returns its outputs. ``work``: device arrays for
+        the kernel's temporaries (``device_layout`` lists them), optional: a temporary
+        not given is allocated and freed inside the call, which costs a cudaMalloc and a
+        cudaFree each time. Nothing is copied between host and device: the device entry
+        (codegen/cuda.py) launches the kernels on the given arrays on the default stream,
+        waits for them and returns. The arguments are checked as in a normal call
+        (polycomp/device_arrays.py), so no size can make the kernel write outside an
+        array; a target without a GPU raises DeviceUnavailableError after the checks."""
+        return self.device_runner(*args, out=out, work=work)()
+
+    def device_runner(self, *args: object, out: Mapping[str, object] | None = None,
+                      work: Mapping[str, object] | None = None) -> Callable[[], object]:
+        """``on_device``'s checks done once: a callable that runs the device entry on
+        these arrays each time it is called (it holds them, so they stay alive), for
+        timing loops where the checks' Python would count. The arrays must keep their
+        shapes and addresses (a PyTorch ``resize_`` would break that: use on_device)."""
+        from .device_arrays import bind_device, check_overlap, check_tensor, device_array
+
+        target = self.options.target
+        bound, arrays = bind_device(self.name, self.interface, args, target)
+        plan = self._plan(bound.sizes)
+        variant = plan.variant
+        self._last = variant.compiled
+        function = variant.device_function
+        given = {"out": dict(out or {}), "work": dict(work or {})}
+        shapes = {"out": [(n, s, d) for n, s, d, _ in plan.allocate],
+                  "work": list(plan.temporaries)}
+        for key, names in (("out", [n for n, *_ in plan.allocate]),
+                           ("work", [n for n, *_ in plan.temporaries])):
+            unknown = sorted(set(given[key]) - set(names))
+            if unknown:
+                raise ArgumentError(f"kernel '{self.name}': {key}= names {unknown}, which "
+                                    f"are not its {'outputs' if key == 'out' else 'temporaries'}",
+                                    hint=f"{key}= takes {names or 'nothing'}")
+        missing = [n for n, *_ in plan.allocate if n not in given["out"]]
+        if missing:
+            layout = {n: (s, d) for n, s, d, _ in plan.allocate}
+            raise ArgumentError(f"kernel '{self.name}': on_device writes its outputs in "
+                                f"place; out= lacks {missing}",
+                                hint="out={name: device array}: " + ", ".join(
+                                    f"{n} {layout[n][1]} {tuple(layout[n][0])}" for n in missing))
+        zero = {n for n, _, _, z in plan.allocate if z}
+        for key in ("out", "work"):
+            for name, shape, dtype in shapes[key]:
+                if name not in given[key]:
+                    continue
+                what = f"{key}['{name}'] of '{self.name}'"
+                array = check_tensor(device_array(given[key][name], what, target, dtype),
+                                     what, dtype, len(shape))
+                if array.shape != tuple(shape):
+                    raise ArgumentError(f"{what} has shape {array.shape}; the sizes "
+                                        f"{bound.sizes} make it {tuple(shape)}")
+                if array.readonly:
+                    raise ArgumentError(f"{what} is read-only", hint="pass a writable array")
+                if name in arrays:
+                    raise ArgumentError(f"kernel '{self.name}': '{name}' given twice")
+                arrays[name] = array
+        written = set(given["out"]) | set(given["work"]) | {
+            a.name for a in self.interface.inputs if getattr(a, "updated", False)}
+        check_overlap(self.name, arrays, written)
+        zeroed = [(arrays[n].owner, f"out['{n}'] of '{self.name}'") for n in sorted(zero)]
+        for owner, what in zeroed:  # refused here, before any run, when it cannot be done
+            _zero(owner, what)
+        call_args: list[object] = []
+        for kind, name, dtype in plan.arguments:
+            if kind == "size":
+                call_args.append(bound.sizes[name])
+            elif kind == "scalar":
+                call_args.append(scalar_value(bound.values[name], dtype))
+            else:  # a temporary nobody gave: null, the device entry allocates it
+                call_args.append(arrays[name].address if name in arrays else None)
+        outputs = [given["out"][name] for name in self.interface.outputs]
+        result = (None if not outputs else outputs[0] if len(outputs) == 1
+                  else tuple(outputs))
+        calling, name, owners = variant.calling, self.name, (args, given)
+
+        def run() -> object:
+            for owner, what in zeroed:
+                _zero(owner, what)
+            if calling is not None:
+                with calling():
+                    status = function(*call_args)
+            else:
+                status = function(*call_args)
+            if status != 0:
+                raise_for_status(f"kernel '{name}'", status)
+            return result
+
+        run.arrays = owners  # type: ignore[attr-defined]  # kept alive with the runner
+        return run
+
+    def device_layout(self, *args: object) -> dict[str, tuple[tuple[int, ...], str, str]]:
+        """name -> (shape, dtype, "out" or "work") of the device arrays ``on_device``
+        takes beside the inputs, for inputs shaped like ``args`` (arrays of any kind
+        with ``.shape``, or the scalars): what to allocate before timing."""
+        from .arguments import check_dims
+
+        bound = arguments.BoundArguments()
+        origin: dict[str, str] = {}
+        tensors = []
+        if len(args) != len(self.interface.inputs):
+            raise ArgumentError(f"kernel '{self.name}' takes {len(self.interface.inputs)} "
+                                f"argument(s), got {len(args)}")
+        for spec, value in zip(self.interface.inputs, args):
+            if isinstance(spec, TensorArg):
+                tensors.append((spec, tuple(int(n) for n in getattr(value, "shape", ()))))
+            elif spec.is_size:
+                arguments._bind_size(bound, origin, spec.name, int(value), spec.name,  # type: ignore[call-overload]
+                                     allow_negative=True)
+        check_dims(self.name, bound, origin, tensors)
+        plan = self._plan(bound.sizes)
+        layout = {n: (tuple(s), d, "out") for n, s, d, _ in plan.allocate}
+        layout.update({n: (tuple(s), d, "work") for n, s, d in plan.temporaries})
+        return layout
+
+
+def _zero(owner: object, what: str) -> None:
+    """Zeroes a device array the kernel does not write whole (on_device)."""
+    if isinstance(owner, np.ndarray):
+        owner.fill(0)
+    elif callable(getattr(owner, "zero_", None)):  # torch
+        owner.zero_()
+    elif callable(getattr(owner, "fill", None)):  # cupy
+        owner.fill(0)
+    else:
+        raise ArgumentError(f"{what} must start as zeros (the kernel does not write every "
+                            f"element), and polycomp cannot zero a {type(owner).__name__}",
+                            hint="pass a CuPy array or a PyTorch tensor")
 
 
 def raise_for_status(what: str, status: int) -> None:

@@ -10,7 +10,9 @@ Place in the pipeline (targets/base.py lists what a target owns); both targets s
 - after the legality check (``annotate``): the mapped loops checked
   (gpu_mapping.check_mapping: a mapped loop carries no dependence inside its kernel);
 - code: codegen/cuda.py, one ``.cu`` text whose host entry takes the OpenMP entry's
-  arguments, so polycomp/runtime.py calls either alike;
+  arguments, so polycomp/runtime.py calls either alike, and a device entry
+  (``<entry>_device``, ``load_device``) with the same arguments on arrays already on
+  the device, which ``Kernel.on_device`` calls;
 - a status beyond codegen's own (1 gather, 2 division, 3 memory) is the device's or the
   emulation's failure: ``DeviceError``.
 
@@ -38,7 +40,7 @@ from pathlib import Path
 import islpy as isl
 
 from polycomp import build
-from polycomp.codegen.cuda import HEADER, generate_cuda
+from polycomp.codegen.cuda import DEVICE_SUFFIX, HEADER, generate_cuda
 from polycomp.codegen.source import Source
 from polycomp.errors import CompilerError, IllegalScheduleError, InternalError, PolycompError
 from polycomp.ir import Program
@@ -143,6 +145,13 @@ class _CudaText(NativeTarget):
     def load(self, source: Source, options: Options) -> Callable[..., int]:
         return _checked_status(super().load(source, options), self.name)
 
+    def load_device(self, source: Source, options: Options) -> Callable[..., int]:
+        """The device entry (``<entry>_device``, codegen/cuda.py): the entry's arguments
+        with device pointers for the arrays (host pointers under the emulation);
+        polycomp/runtime.py's ``Kernel.on_device`` calls it."""
+        return _checked_status(self.load_symbol(source, options, source.entry + DEVICE_SUFFIX),
+                               self.name)
+
 
 class CudaTarget(_CudaText):
     """CUDA for NVIDIA GPUs, built by nvcc (module doc)."""
@@ -176,6 +185,12 @@ class CudaTarget(_CudaText):
         if not ok:
             return _unavailable(reason)
         return super().load(source, options)
+
+    def load_device(self, source: Source, options: Options) -> Callable[..., int]:
+        ok, reason = gpu_available()
+        if not ok:
+            return _unavailable(reason)
+        return super().load_device(source, options)
 
 
 class CudaEmulatedTarget(_CudaText):

@@ -66,6 +66,12 @@ class NativeTarget(Target):
         return build.build_library(source.text, source.entry, options, self)
 
     def load(self, source: Source, options: Options) -> Callable[..., int]:
+        return self.load_symbol(source, options, source.entry)
+
+    def load_symbol(self, source: Source, options: Options, symbol: str) -> Callable[..., int]:
+        """The function ``symbol`` of the library of ``source`` (built and opened once),
+        typed from the Source's arguments: ``source.entry``, or another entry with the
+        same arguments (the CUDA targets' device entry)."""
         path = str(self.build(source, options))
         with _LOCK:
             if path not in _LIBRARIES:
@@ -77,7 +83,7 @@ class NativeTarget(Target):
                         f"cannot load the library the C compiler built: {exc}",
                         hint="check that cc= / $CC names a C compiler that writes the "
                              "shared library it is asked for (-shared -o)") from None
-        function = getattr(_LIBRARIES[path], source.entry)
+        function = getattr(_LIBRARIES[path], symbol)
         function.restype = ctypes.c_int
         function.argtypes = [ctypes.c_void_p if a.kind == "array" else
                              ctypes.c_int64 if a.kind == "size" else SCALAR_CTYPES[a.dtype]

@@ -18,6 +18,11 @@
  *   POLYCOMP_LAUNCH_CHECK()             after each launch: a refused launch fails here
  *                                       (in the emulation, POLYCOMP_LAUNCH itself fails)
  *   POLYCOMP_SYNC()                     waits for the device; a kernel's fault fails here
+ *   POLYCOMP_STATUS_WORD(ptr)           the device entry's status word, zeroed: one int
+ *                                       of device memory per host thread (and device),
+ *                                       made on first use and kept, since a cudaMalloc
+ *                                       and a cudaFree (which waits for the whole device)
+ *                                       per call would cost more than a small kernel
  *
  * Status codes (beside codegen/c.py's 1-3; polycomp/cuda.py STATUS_MESSAGES mirrors
  * them and tests/test_cuda_emulation.py checks that they agree):
@@ -84,6 +89,22 @@
 #define POLYCOMP_SYNC()                                                                \
     do {                                                                               \
         if (cudaDeviceSynchronize() != cudaSuccess) POLYCOMP_FAIL(POLYCOMP_STATUS_CUDA_SYNC); \
+    } while (0)
+
+#define POLYCOMP_MAX_DEVICES 64
+#define POLYCOMP_STATUS_WORD(ptr)                                                      \
+    do {                                                                               \
+        static thread_local int *polycomp_words_[POLYCOMP_MAX_DEVICES];                \
+        int polycomp_device_ = -1;                                                     \
+        if (cudaGetDevice(&polycomp_device_) != cudaSuccess || polycomp_device_ < 0 ||  \
+            polycomp_device_ >= POLYCOMP_MAX_DEVICES)                                  \
+            POLYCOMP_FAIL(POLYCOMP_STATUS_CUDA_ALLOC);                                  \
+        if (polycomp_words_[polycomp_device_] == nullptr &&                            \
+            cudaMalloc((void **)&polycomp_words_[polycomp_device_], sizeof(int)) != cudaSuccess) \
+            POLYCOMP_FAIL(POLYCOMP_STATUS_CUDA_ALLOC);                                  \
+        (ptr) = polycomp_words_[polycomp_device_];                                     \
+        if (cudaMemset((ptr), 0, sizeof(int)) != cudaSuccess)                          \
+            POLYCOMP_FAIL(POLYCOMP_STATUS_CUDA_COPY);                                   \
     } while (0)
 
 #else
@@ -490,6 +511,13 @@ inline std::common_type_t<A, B> max(A a, B b) {
 /* a launch returns when its grid has finished */
 #define POLYCOMP_SYNC() \
     do {                \
+    } while (0)
+
+#define POLYCOMP_STATUS_WORD(ptr)                  \
+    do {                                           \
+        static thread_local int polycomp_word_;    \
+        polycomp_word_ = 0;                        \
+        (ptr) = &polycomp_word_;                   \
     } while (0)
 
 #endif /* __CUDACC__ */
