@@ -49,34 +49,25 @@ checks the script's plumbing (compile, device_layout, device_runner on numpy arr
 the check against the peer, the table and files) on any machine. Its times are the CPU
 emulation's and mean nothing. Files: ``gpu-smoke.md`` and ``gpu-smoke.csv``.
 
-Recipe for a session lent a GPU (the device machine has python3 3.12 with torch, cupy,
-pytest, hypothesis and nvcc 13, but neither islpy nor cgen, and no network). The device
-tool sends the checkout the session was started in, so this branch must be merged there
-(or the commands run from a checkout that has it). Here, in the repository's root, once:
+Recipe for a session lent a GPU. The device machine has python3 3.12 with torch, cupy,
+numpy, pytest, hypothesis, setuptools and nvcc 13, but neither islpy nor cgen (nor
+pycuda: ``polycomp.cuda.available()`` then asks libcuda through ctypes), and no
+network. The device tool sends the checkout the session was started in, so this branch
+must be merged there first. Here, in that checkout's root, once:
 
     echo /.whl/ >> .git/info/exclude
-    for w in islpy==<ver> cgen==<ver> pytools==<ver> platformdirs==<ver> \\
-             siphash24==<ver> typing_extensions==<ver> pycparser==<ver>; do
-      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
-        --implementation cp --platform manylinux_2_28_x86_64 \\
-        --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \\
-        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "$w"; done
+    sh benchmarks/gpu_wheels.sh            # islpy, cgen, pytools, pycparser, platformdirs,
+                                           # siphash24 for CPython 3.12 x86-64 into .whl/
 
-(the versions: ``pip show islpy cgen pytools`` here; ``unzip -p .whl/NAME-*.whl
-'*/METADATA' | grep ^Requires-Dist`` lists what each needs; the README's CUDA section
-has the list this branch was prepared with). Then one device ``run`` with ``carry:
-[".whl"]``:
+then one device ``run`` (timeout_s 600) with ``carry: [".whl"]`` and the command:
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \\
-      --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit;
-    set -o pipefail; export PYTHONUNBUFFERED=1;
-    python3 -c 'import polycomp.cuda as c; print(c.available())';
-    python3 -m pytest -q -p no:cacheprovider -m "needs_gpu or needs_nvcc" \\
-      tests/test_cuda_device_entry.py tests/test_cuda_gpu.py 2>&1 | tee $OUT/tests.log;
-    python3 -m benchmarks.gpu --out $OUT 2>&1 | tee $OUT/bench.log
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit; export PYTHONUNBUFFERED=1; nvidia-smi -L; python3 -c 'import polycomp.cuda as c; print(c.available())'; python3 -m pytest -q -p no:cacheprovider -n 4 -rs tests/test_cuda_gpu.py tests/test_cuda_device_entry.py tests/test_nvcc.py 2>&1 | tee $OUT/tests.log; python3 -m benchmarks.gpu --out $OUT 2>&1 | tee $OUT/bench.log
 
-(``PYTHONPATH`` holds the checkout itself: it is not installed there; ``available()``
-asks libcuda directly when pycuda is missing, as it is there).
+(the editable install maps ``polycomp.codegen`` and ``polycomp.scheduler`` onto the
+checkout's folders, which ``PYTHONPATH`` alone would not; ``$OUT/gpu.md``, ``gpu.csv``,
+``gpu.png`` and the two logs come back). This sequence was rehearsed without a GPU in a
+bare CPython 3.12 environment with the carried wheels: the GPU tests skip there with
+``available()``'s reason and the rest pass.
 """
 
 from __future__ import annotations

@@ -15,11 +15,17 @@ status when the device fails.
 
 What is printed (codegen/c.py's CPrinter prints loops, statements and arrays):
 
+- ``static int polycomp_<name>_launch(sizes, scalars, device arrays, scratch, status
+  word)``: the host part of the isl AST (loops and ifs around kernels) launching each
+  kernel, then a sync; the one launch sequence, which both entries call;
 - the entry ``extern "C" int polycomp_<name>(sizes, scalars, host arrays)``, the OpenMP
   entry's arguments (polycomp/runtime.py calls both alike): it allocates a device copy of
-  every array and scratch array, copies the arrays in, runs the host part of the isl AST
-  (loops and ifs around kernels) launching each kernel, copies the written arrays and the
-  status back and frees;
+  every array and scratch array, copies the arrays in, calls the launch function, copies
+  the written arrays and the status back and frees;
+- the device entry ``extern "C" int polycomp_<name>_device(...)``: the same arguments,
+  the arrays already on the device (Kernel.on_device): it allocates only the scratch
+  arrays and the temporaries passed as null pointers, takes the calling thread's kept
+  status word (POLYCOMP_STATUS_WORD), calls the launch function and reads the status;
 - one ``__global__`` function per kernel occurrence in the AST, taking the host loops'
   iterators, sizes, scalars, device arrays and the status word. A loop under a mapped
   mark is a strided loop: a value v runs in block (thread) ``v mod gridDim`` (``mod

@@ -83,10 +83,7 @@ class Variant:
         use."""
         load = getattr(self.target, "load_device", None)
         if load is None:
-            raise UnsupportedError(
-                f"target '{self.options.target}' has no device entry: on_device runs "
-                f"kernels compiled for target='cuda' or 'cuda-emulated'",
-                hint="call the kernel itself, or compile it with target='cuda'")
+            raise _no_device_entry(self.options.target)
         return load(self.compiled.source, self.options)
 
     @functools.cached_property
@@ -332,6 +329,8 @@ class Kernel:
         from .device_arrays import bind_device, check_overlap, check_tensor, device_array
 
         target = self.options.target
+        if not hasattr(get_target(target), "load_device"):
+            raise _no_device_entry(target)
         bound, arrays = bind_device(self.name, self.interface, args, target)
         plan = self._plan(bound.sizes)
         variant = plan.variant
@@ -427,6 +426,12 @@ class Kernel:
         layout = {n: (tuple(s), d, "out") for n, s, d, _ in plan.allocate}
         layout.update({n: (tuple(s), d, "work") for n, s, d in plan.temporaries})
         return layout
+
+
+def _no_device_entry(target: str) -> UnsupportedError:
+    return UnsupportedError(f"target '{target}' has no device entry: on_device runs kernels "
+                            f"compiled for target='cuda' or 'cuda-emulated'",
+                            hint="call the kernel itself, or compile it with target='cuda'")
 
 
 def _zero(owner: object, what: str) -> None:

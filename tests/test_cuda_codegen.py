@@ -88,7 +88,8 @@ def kernels(source: str) -> int:
 
 
 def host_part(source: str) -> str:
-    return source[source.index('extern "C"'):]
+    """The host side: the launch function both entries call, then the entries."""
+    return source[source.index("static int polycomp_"):]
 
 
 # ----------------------------------------------------------------------------- source
