@@ -131,15 +131,21 @@ def cases(smoke: bool, only: Sequence[str] = ()) -> list[Case]:
 
 
 def _torch(which: str) -> Callable:
-    import torch
+    """The PyTorch peer (imported at its first call: the cases are listed without it)."""
 
-    if which == "matmul":
-        return torch.matmul
-    if which == "conv2d":
-        return lambda x, w: torch.nn.functional.conv2d(x, w)
-    if which == "softmax":
-        return lambda x: torch.softmax(x, dim=-1)
-    return lambda x, g, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps=1e-5)
+    def peer(*xs):
+        import torch
+
+        if which == "matmul":
+            return torch.matmul(*xs)
+        if which == "conv2d":
+            return torch.nn.functional.conv2d(*xs)
+        if which == "softmax":
+            return torch.softmax(xs[0], dim=-1)
+        x, g, b = xs
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps=1e-5)
+
+    return peer
 
 
 def _numpy_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
