@@ -314,8 +314,9 @@ class Kernel:
         the kernel's temporaries (``device_layout`` lists them), optional: a temporary
         not given is allocated and freed inside the call, which costs a cudaMalloc and a
         cudaFree each time. Nothing is copied between host and device: the device entry
-        (codegen/cuda.py) launches the kernels on the given arrays on the default stream,
-        waits for them and returns. The arguments are checked as in a normal call
+        (codegen/cuda.py) launches the kernels on the given arrays on the legacy default
+        stream, waits for them and returns (work the caller queued on a non-blocking
+        stream, e.g. under ``torch.cuda.stream(s)``, must be finished first). The arguments are checked as in a normal call
         (polycomp/device_arrays.py), so no size can make the kernel write outside an
         array; a target without a GPU raises DeviceUnavailableError after the checks."""
         return self.device_runner(*args, out=out, work=work)()
