@@ -42,9 +42,9 @@ Strides are removed from the boxes: where every element the references touch alo
 dimension is a multiple of isl's range stride s away from the lowest, the buffer holds
 one element in s (index (i - lo) / s).
 
-Not built: per-thread partial results with a block reduction for reductions mapped
-across threads (a reduction stays in one thread, gpu_mapping's rule), copy-out of
-written arrays through shared memory.
+Not built: copy-out of written arrays through shared memory. (Block reductions, where a
+reduction is spread over threads, are scheduler/gpu_reduction.py's: their partials live
+in registers and their tree in a shared buffer of codegen/cuda_reduction.py's.)
 """
 
 from __future__ import annotations
