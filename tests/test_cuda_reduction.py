@@ -187,6 +187,19 @@ def test_block_reductions_match_numpy(name, block):
 
 
 @needs_cc
+@pytest.mark.parametrize("grid", [(1,), (2,)])
+@pytest.mark.parametrize("name", ["row_sum", "row_max", "int_sum"])
+def test_a_block_reduces_several_rows_in_turn(name, grid):
+    # fewer blocks than rows: a block's loop over its rows reuses the shared buffer
+    source, inputs, reference = PROGRAMS[name]
+    kernel = polycomp.compile(source, target="cuda-emulated", gpu_block=(33,), gpu_grid=grid)
+    args = inputs(np.random.default_rng(4), 7, 131)
+    close(_run(kernel, args), reference(*args))
+    assert "polycomp_reduce0_0" in kernel.source
+    assert f"dim3({grid[0]}, 1, 1), dim3(33, 1, 1)" in kernel.source
+
+
+@needs_cc
 def test_a_reduction_into_an_element_with_a_value_keeps_it():
     # the running max starts from the first kernel's values: s = s (op) block result
     source = """
@@ -239,6 +252,25 @@ def test_the_block_reduced_row_sum_is_tsan_clean(tmp_path):
 
     case = make_case("operator/row_sum")
     assert "polycomp_reduce0_0" in case.text  # 13 rows, 40 columns: block-reduced
+    done = run_under_tsan(tmp_path, case)
+    assert "ThreadSanitizer" not in done.stderr, done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    for i, output in case.outputs.items():
+        close(read_back(tmp_path, case, i), case.want[output])
+
+
+@needs_cc
+def test_one_block_reducing_every_row_in_turn_is_tsan_clean(tmp_path, monkeypatch):
+    import test_cuda_tsan
+    from test_cuda_tsan import make_case, read_back, run_under_tsan
+
+    # one block for the 13 rows: the buffer is reused from row to row with no barrier
+    # between thread 0's read of the result and the next row's stores
+    compile_ = polycomp.compile
+    monkeypatch.setattr(test_cuda_tsan.polycomp, "compile",
+                        lambda *a, **k: compile_(*a, gpu_grid=(1,), **k))
+    case = make_case("operator/row_sum")
+    assert "polycomp_reduce0_0" in case.text and "dim3(1, 1, 1), dim3(40, 1, 1)" in case.text
     done = run_under_tsan(tmp_path, case)
     assert "ThreadSanitizer" not in done.stderr, done.stderr
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
