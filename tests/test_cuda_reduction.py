@@ -147,6 +147,22 @@ def test_no_block_reduction_where_the_threads_are_busy_or_the_loop_short():
     assert "polycomp_reduce" not in many_rows.source + short.source
 
 
+def test_the_reduction_buffer_counts_in_the_shared_memory_budget():
+    from polycomp.scheduler import gpu_promotion as PR
+
+    source = "def colsum(double(M, N) A) -> (s) { s(j) +=! A(i, j) }"
+    # a column of 5000 doubles read uncoalesced: 40000 bytes, within the staging budget
+    # alone, over it with the tree's 1024 doubles
+    assert 5000 * 8 <= PR.SHARED_BUDGET < 5000 * 8 + 1024 * 8
+    kernel = polycomp.compile(source, sizes={"M": 5000, "N": 3}, target="cuda",
+                              gpu_block=(1024,))
+    assert reduce_marks(kernel.schedule) == [frozenset({"S1"})]
+    assert "shared:" not in kernel.schedule.to_str()
+    smaller = polycomp.compile(source, sizes={"M": 1000, "N": 3}, target="cuda",
+                               gpu_block=(1024,))
+    assert "shared:A" in smaller.schedule.to_str()  # 8000 + 8192 bytes: staged
+
+
 def test_the_full_reduction_runs_in_one_block():
     kernel = polycomp.compile(DOT, sizes={"N": 5000}, target="cuda")
     assert reduce_marks(kernel.schedule) == [frozenset({"S1"})]
