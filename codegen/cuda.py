@@ -62,11 +62,13 @@ from polycomp.errors import UnsupportedError
 from polycomp.ir import Program
 from polycomp.options import Options
 from polycomp.scheduler import gpu_mapping as G
+from polycomp.scheduler import gpu_reduction as R
 from polycomp.scheduler import tree as T
 
 from .ast import build_ast, expression_builder, loop_iterator
 from .c import STATUS, CPrinter, entry_arguments, entry_name, statement
 from .cexpr import ADD, ARG_CTYPES, CTYPES, Helpers, ast_expr
+from .cuda_reduction import ReductionPrinting
 from .cuda_promotion import (PROMOTE, PromotedValuePrinter, PromotionPrinting, Promotions,
                              numbered_promotions)
 from .names import c_name
@@ -224,9 +226,10 @@ class _Kernel:
     statements: set[str]
 
 
-class CudaPrinter(PromotionPrinting, CPrinter):
+class CudaPrinter(ReductionPrinting, PromotionPrinting, CPrinter):
     """CPrinter for the host entry and the kernels (module doc); the promotion marks'
-    printing is codegen/cuda_promotion.py's."""
+    printing is codegen/cuda_promotion.py's, the block reductions'
+    codegen/cuda_reduction.py's."""
 
     def __init__(self, program: Program, names: dict[str, str], helpers: Helpers,
                  options: Options, arguments: tuple[CArgument, ...],
@@ -510,14 +513,23 @@ class CudaPrinter(PromotionPrinting, CPrinter):
         inner = node.mark_get_node()
         if name.startswith(f"{PROMOTE}#"):
             return self._promotion_mark(name, inner) if self.in_kernel else self.emit(inner)
+        if R.parse_mark(name) is not None:
+            return self._reduce_mark(name, inner) if self.in_kernel else self.emit(inner)
         if self.in_kernel and name in (T.MARK_BLOCK, T.MARK_THREAD) and depth \
                 and int(depth) in self.axes:
+            if inner.get_type() == node_type.block:  # a block reduction's peeled loop
+                return c.Block([self._mapped_for(child, *self.axes[int(depth)])
+                                if _is_loop_of(child, int(depth)) else self.emit(child)
+                                for child in U.to_list(inner.block_get_children())])
             return self._mapped_for(inner, *self.axes[int(depth)])
         if name in (T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD):
             return self.emit(inner)  # not mapped here: a sequential loop
         return super()._mark(node)
 
     def _user(self, call: isl.AstExpr) -> c.Generable:
+        return self._reduced_user(self._plain_user(call))
+
+    def _plain_user(self, call: isl.AstExpr) -> c.Generable:
         if not self.staged:
             return super()._user(call)
         stmt = self.statements[call.get_op_arg(0).get_id().get_name()]
@@ -539,10 +551,13 @@ class CudaPrinter(PromotionPrinting, CPrinter):
             floorm = self.helpers.need("floorm")
             start = f"{init.at(ADD)} + {floorm}({index} - {init.at(ADD + 1)}, {step})"
         self.scope.append(it)
+        threaded = self.reduce_threaded
+        self.reduce_threaded = threaded or mark == T.MARK_THREAD
         try:
             body = self._scoped(lambda: self.emit(loop.for_get_body()))
         finally:
             self.scope.pop()
+            self.reduce_threaded = threaded
         return c.For(f"long {it} = {start}", self._expr(loop.for_get_cond()).code,
                      f"{it} += {step}", body)
 
@@ -595,24 +610,31 @@ def scan_kernel(nodes: list[isl.AstNode]) -> _Kernel:
     broken: set[int] = set()
     paths: list[set[int]] = []  # per statement call: the mark depths around it
 
-    def go(node: isl.AstNode, around: frozenset[int]) -> None:
+    def go(node: isl.AstNode, around: frozenset[int], reducing: bool) -> None:
         kind = node.get_type()
         if kind == node_type.user:
             paths.append(set(around))
             return
         if kind == node_type.mark:
             name, _, depth = node.mark_get_id().get_name().partition("@")
+            if R.parse_mark(name) is not None:
+                # what isl prints outside the thread loop of a block reduction runs in
+                # thread 0 (codegen/cuda_reduction.py): as if inside the loop
+                around = around | _thread_depths(node.mark_get_node())
+                reducing = True
             if name in (T.MARK_BLOCK, T.MARK_THREAD) and depth:
                 d = int(depth)
                 inner = node.mark_get_node()
-                if kinds.setdefault(d, name) != name or not _on_own_loop(inner, d):
+                on_loop = (_beside_own_loop(inner, d) if reducing and name == T.MARK_THREAD
+                           else _on_own_loop(inner, d))
+                if kinds.setdefault(d, name) != name or not on_loop:
                     broken.add(d)
                 around = around | {d}
         for child in _children(node):
-            go(child, around)
+            go(child, around, reducing)
 
     for n in nodes:
-        go(n, frozenset())
+        go(n, frozenset(), False)
     mapped = set(kinds) - broken
     for path in paths:
         mapped &= path
@@ -621,6 +643,44 @@ def scan_kernel(nodes: list[isl.AstNode]) -> _Kernel:
         depths = sorted((d for d in mapped if kinds[d] == mark), reverse=True)[:len(AXES)]
         axes.update({d: (mark, axis) for axis, d in enumerate(depths)})
     return _Kernel(axes, _statements(nodes))
+
+
+def _beside_own_loop(node: isl.AstNode, depth: int) -> bool:
+    """``node`` is the loop of schedule depth ``depth`` with step 1, or a block of such
+    loops and of parts without that loop (statements isl peeled off it: in a block
+    reduction, thread 0 runs them)."""
+    if node.get_type() != node_type.block:
+        return _on_own_loop(node, depth)
+    children = U.to_list(node.block_get_children())
+    loops = [child for child in children if _is_loop_of(child, depth)]
+    return bool(loops) and all(_on_own_loop(loop, depth) for loop in loops) and not any(
+        _has_loop_of(child, depth) for child in children if not _is_loop_of(child, depth))
+
+
+def _is_loop_of(node: isl.AstNode, depth: int) -> bool:
+    return (node.get_type() == node_type.for_
+            and node.for_get_iterator().get_id().get_name() == loop_iterator(depth))
+
+
+def _has_loop_of(node: isl.AstNode, depth: int) -> bool:
+    return _is_loop_of(node, depth) or any(_has_loop_of(child, depth)
+                                           for child in _children(node))
+
+
+def _thread_depths(node: isl.AstNode) -> frozenset[int]:
+    """The depths of the thread marks at or below ``node``."""
+    found: set[int] = set()
+
+    def go(n: isl.AstNode) -> None:
+        if n.get_type() == node_type.mark:
+            name, _, depth = n.mark_get_id().get_name().partition("@")
+            if name == T.MARK_THREAD and depth:
+                found.add(int(depth))
+        for child in _children(n):
+            go(child)
+
+    go(node)
+    return frozenset(found)
 
 
 def _on_own_loop(node: isl.AstNode, depth: int) -> bool:

@@ -91,6 +91,10 @@ class Options:
     gpu_promotion  GPU targets: stage reused or uncoalesced read-only tiles in shared
                 memory and keep a thread's own elements in registers
                 (scheduler/gpu_promotion.py); False prints every access to global memory.
+    gpu_block_reduction  GPU targets: share a long reduction loop out over a block's
+                threads (per-thread partials, a block reduction in shared memory) when
+                the other loops leave threads idle (scheduler/gpu_reduction.py); False:
+                a reduction stays in one thread.
     cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
     cache       reuse compiled libraries from the on-disk cache.
     """
@@ -119,6 +123,7 @@ class Options:
     gpu_block: tuple[int, ...] | None = None
     gpu_grid: tuple[int, ...] | None = None
     gpu_promotion: bool = True
+    gpu_block_reduction: bool = True
     cc: str | None = None
     cflags: tuple[str, ...] | None = None
     cache: bool = True
@@ -133,7 +138,8 @@ class Options:
             raise OptionError(f"option 'records' must be a path (a string), not "
                               f"{self.records!r}", hint="e.g. records='tuning.sqlite'")
         for name in ("parametric", "parallel", "cache", "tile", "l2_tile", "wavefront",
-                     "vectorize", "expand_scalars", "block_channels", "exact_fp", "gpu_promotion"):
+                     "vectorize", "expand_scalars", "block_channels", "exact_fp", "gpu_promotion",
+                     "gpu_block_reduction"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionError(f"option '{name}' must be True or False, "
                                   f"not {getattr(self, name)!r}")

@@ -25,7 +25,8 @@ What the marks mean (scheduler/tree.py names them):
 
 The condition a mapped member keeps (``mappable``): every dependence between two
 instances of the kernel that agree on the host loops around it (the reductions' chains
-included: a reduction stays in one thread, sequential) has distance 0 on it. Then any
+included: a reduction stays in one thread, sequential, except in a block reduction,
+below) has distance 0 on it. Then any
 two dependent instances of a kernel run in one thread, in the schedule's order, and no
 barrier is needed for them (gpu_promotion's shared tiles bring their own barriers).
 That is stronger than isl's coincidence (which takes the loops between the kernel and
@@ -54,6 +55,14 @@ members, SEQUENTIAL_TILE along the others. A band that is not permutable keeps i
 order: each thread member is strip-mined in place ([m] -> [floor(m/B)] [m mod B], the
 same order), which is always legal.
 
+Block reductions (scheduler/gpu_reduction.py, ``Options.gpu_block_reduction``): before
+the above, a band whose members are all mappable but one reduction loop r, whose
+mappable members have fewer iterations than a block's threads and whose r is long,
+becomes block marks on the other members (one band each, no tiles) and a thread mark
+on r under a ``reduce:S1`` mark: the threads accumulate partials of S1 along r, the
+block combines them (codegen/cuda_reduction.py). ``check_mapping`` checks such a thread
+loop with gpu_reduction.reduction_relaxes instead of ``mappable``.
+
 Block and grid sizes: ``Options.gpu_block`` (threads per block along x, y, z; its length
 is how many members may go to threads; at most 1024 threads in all) and
 ``Options.gpu_grid`` (the most blocks along x, y, z; its length is how many members may
@@ -72,6 +81,7 @@ from polycomp.ir import Program
 from polycomp.options import GRID_AXIS_LIMITS, Options
 
 from . import cache_model as CM
+from . import gpu_reduction as R
 from . import tree as T
 from .dependences import Dependences
 from .tiling import band_extents, is_permutable, replace_band, tile_band
@@ -135,7 +145,7 @@ def map_to_gpu(schedule: isl.Schedule, program: Program, deps: Dependences,
 
 class _Mapper:
     def __init__(self, program: Program, deps: Dependences, options: Options):
-        self.program, self.options = program, options
+        self.program, self.options, self.deps = program, options, deps
         self.validity = deps.all()
         self.relation = deps.carried()  # what a mapped loop must not carry
 
@@ -164,7 +174,12 @@ class _Mapper:
     def band(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
         """A band at host level: a kernel at the fewest host members that leave a
         mappable member; all of them host loops when only a deeper band is mappable;
-        else a single-thread kernel."""
+        else a single-thread kernel. First: a block reduction (gpu_reduction) when the
+        band's parallelism is small and a reduction loop is long."""
+        if self.options.gpu_block_reduction:
+            reduced = self.block_reduction(node)
+            if reduced is not None:
+                return _kernel(reduced)
         n = node.band_n_member()
         for j in range(n):
             mappable = self.mappable_members(node, j)
@@ -194,6 +209,39 @@ class _Mapper:
         prefix = T.outer_schedule(node, host)
         return [k for k in range(host, node.band_n_member())
                 if T.is_loop_member(node, k) and mappable(node, k, prefix, self.relation)]
+
+    # ------------------------------------------------------------------ block reductions
+    def block_reduction(self, node: isl.ScheduleNode) -> isl.ScheduleNode | None:
+        """The band at ``node`` as a block reduction (scheduler/gpu_reduction.py: its
+        other members to blocks, the reduction member to threadIdx.x under a ``reduce``
+        mark), or None when that does not apply."""
+        n = node.band_n_member()
+        prefix = T.outer_schedule(node, 0)
+        # a member of one value (no loop) counts as mappable when it is: a block mark
+        # on it maps nothing (codegen), and its extent 1 nothing in the choice
+        members = [k for k in range(n) if mappable(node, k, prefix, self.relation)]
+        others = [k for k in range(n) if k not in members]
+        threads = 1
+        for extent in block_shape(self.options, thread_axes(self.options)):
+            threads *= extent
+        # the cheap test first (extents), then isl's
+        r = R.choose_member(band_extents(node), members, others, threads,
+                            grid_axes(self.options))
+        if r is None or (r != n - 1 and not is_permutable(node, self.validity)):
+            return None
+        names = R.reduction_statements(node, r, prefix, self.deps)
+        if not R.reduction_relaxes(node, r, prefix, names, self.deps, self.program):
+            return None
+        if r != n - 1:
+            node = _permuted(node, [m for m in range(n) if m != r] + [r], self.relation)
+        top = node
+        if n > 1:
+            node = _mark_leading(node.band_split(n - 1), n - 1, T.MARK_BLOCK)
+            top = node
+            node = _below_marks_and_bands(node, n - 1)
+        node = node.insert_mark(isl.Id(T.MARK_THREAD))
+        node = node.insert_mark(isl.Id(R.mark_name(names)))
+        return _top(node, top)
 
     # ------------------------------------------------------------------ one kernel
     def map_band(self, node: isl.ScheduleNode, members: list[int]) -> isl.ScheduleNode:
@@ -353,10 +401,13 @@ def _top(node: isl.ScheduleNode, top: isl.ScheduleNode) -> isl.ScheduleNode:
 
 # ----------------------------------------------------------------------------- the check
 
-def check_mapping(schedule: isl.Schedule, deps: Dependences) -> None:
+def check_mapping(schedule: isl.Schedule, deps: Dependences,
+                  program: Program | None = None) -> None:
     """IllegalScheduleError when a ``block`` or ``thread`` mark is not above a band, or
     its member carries a dependence between instances of its kernel that agree on the
-    host loops (a schedule polycomp made that fails is the caller's InternalError)."""
+    host loops (a schedule polycomp made that fails is the caller's InternalError). A
+    thread mark under a ``reduce`` mark (scheduler/gpu_reduction.py) is checked as a
+    block reduction of the statements the mark names (``program`` needed)."""
     relation = deps.carried()
     for node in T.nodes(schedule):
         if not T.is_mark(node, T.MARK_KERNEL):
@@ -373,6 +424,17 @@ def check_mapping(schedule: isl.Schedule, deps: Dependences) -> None:
                 raise IllegalScheduleError(f"mark '{name}' is not above a band of one member",
                                            hint="split the band so that the mapped member "
                                                 "has a band of its own")
+            names = _reduced_above(inner, node)
+            if names is not None:
+                local = band.get_prefix_schedule_union_map().intersect_domain(band.get_domain())
+                if name != T.MARK_THREAD or program is None or _has_thread_mark_below(band) \
+                        or not R.reduction_relaxes(band, 0, local, names, deps, program):
+                    raise IllegalScheduleError(
+                        f"a loop marked '{name}' under a '{R.MARK_REDUCE}' mark is no block "
+                        f"reduction of {', '.join(sorted(names))}",
+                        hint="a reduce mark goes right above the one thread loop of its "
+                             "kernel, along which only the statements it names reduce")
+                continue
             if not mappable(band, 0, prefix.intersect_domain(band.get_domain()), relation):
                 raise IllegalScheduleError(
                     f"a loop marked '{name}' carries a dependence between instances of its "
@@ -385,6 +447,22 @@ def check_mapping(schedule: isl.Schedule, deps: Dependences) -> None:
             raise IllegalScheduleError(f"mark '{node.mark_get_id().get_name()}' is outside "
                                        f"any 'kernel' mark",
                                        hint="put a 'kernel' mark above the mapped loops")
+
+
+def _reduced_above(node: isl.ScheduleNode, kernel: isl.ScheduleNode) -> frozenset[str] | None:
+    """The statements of a ``reduce`` mark between ``kernel`` and ``node``, if any."""
+    stop = kernel.get_tree_depth()
+    while node.has_parent() and node.get_tree_depth() > stop:
+        node = node.parent()
+        if T.is_mark(node):
+            names = R.parse_mark(node.mark_get_id().get_name())
+            if names is not None:
+                return names
+    return None
+
+
+def _has_thread_mark_below(node: isl.ScheduleNode) -> bool:
+    return any(T.is_mark(n, T.MARK_THREAD) for n in list(T.subtree(node))[1:])
 
 
 def _inside_kernel(node: isl.ScheduleNode) -> bool:

@@ -26,7 +26,8 @@ The two marks:
   Only arrays the kernel never writes are staged: no copy-out, so no write that might
   not happen is ever made. Chosen when the references reuse an element (two instances
   below the mark touch it) or are not coalesced (neighbouring threads along x do not
-  touch neighbouring elements), while the kernel's boxes fit SHARED_BUDGET.
+  touch neighbouring elements), while the kernel's boxes fit SHARED_BUDGET (less the
+  buffers of the kernel's block reductions, scheduler/gpu_reduction.py).
 
 - ``private:C`` at the child of the band under a kernel's innermost ``thread`` mark (a
   matmul's point loop over k): the element is loaded into a local before the subtree,
@@ -42,9 +43,9 @@ Strides are removed from the boxes: where every element the references touch alo
 dimension is a multiple of isl's range stride s away from the lowest, the buffer holds
 one element in s (index (i - lo) / s).
 
-Not built: per-thread partial results with a block reduction for reductions mapped
-across threads (a reduction stays in one thread, gpu_mapping's rule), copy-out of
-written arrays through shared memory.
+Not built: copy-out of written arrays through shared memory. (Block reductions, where a
+reduction is spread over threads, are scheduler/gpu_reduction.py's: their partials live
+in registers and their tree in a shared buffer of codegen/cuda_reduction.py's.)
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ from polycomp import islutil as U
 from polycomp.ir import Program
 from polycomp.options import Options
 
+from . import gpu_reduction as RED
 from . import tree as T
 from .dependences import Dependences
+from .gpu_mapping import block_shape
 
 MARK_SHARED = "shared"
 MARK_PRIVATE = "private"
@@ -135,7 +138,8 @@ def promote(schedule: isl.Schedule, program: Program, deps: Dependences,
             kernel = None if _has_promotion_mark(node) else node
         if kernel is not None and T.is_mark(node, T.MARK_THREAD):
             if not threads_above:
-                node = _insert(node, _choose_shared(node, kernel, program, gathered, used),
+                node = _insert(node, _choose_shared(node, kernel, program, gathered, used,
+                                                    options),
                                MARK_SHARED)
                 node = node.child(0)  # the thread mark again
             band = _below_marks(node)
@@ -161,10 +165,12 @@ def _insert(node: isl.ScheduleNode, arrays: list[str], kind: str) -> isl.Schedul
 
 
 def _choose_shared(node: isl.ScheduleNode, kernel: isl.ScheduleNode, program: Program,
-                   gathered: set[str], used: dict[str, int]) -> list[str]:
+                   gathered: set[str], used: dict[str, int], options: Options) -> list[str]:
     """The arrays to stage at ``node`` (the outermost thread mark): read-only in the
     kernel, with reuse or uncoalesced references, within the kernel's budget."""
     key = str(kernel.get_prefix_schedule_union_map()) + str(kernel.get_domain())
+    # a block reduction's tree buffers (codegen/cuda_reduction.py) share the budget
+    used.setdefault(key, _reduction_bytes(kernel, program, options))
     written = _written(program, kernel.get_domain())
     chosen = []
     for array in _accessed(program, node.get_domain()):
@@ -392,6 +398,18 @@ def gathered_arrays(program: Program) -> set[str]:
             if any(isinstance(n, E.Access) for index in access.indices for n in E.walk(index)):
                 out.add(access.array)
     return out
+
+
+def _reduction_bytes(kernel: isl.ScheduleNode, program: Program, options: Options) -> int:
+    """The shared bytes of the block reductions' buffers in ``kernel``: one partial per
+    thread (the block's most threads along x) per reduction statement."""
+    total = 0
+    for n in T.subtree(kernel):
+        names = RED.parse_mark(n.mark_get_id().get_name()) if T.is_mark(n) else None
+        for s in program.statements if names else ():
+            if s.name in names:
+                total += block_shape(options, 1)[0] * np.dtype(s.target.dtype).itemsize
+    return total
 
 
 def _promotable_array(program: Program, array: str, gathered: set[str]) -> bool:

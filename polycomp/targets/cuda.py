@@ -130,7 +130,7 @@ class _CudaText(NativeTarget):
     def annotate(self, schedule: isl.Schedule, program: Program, deps: Dependences,
                  options: Options) -> isl.Schedule:
         try:
-            check_mapping(schedule, deps)
+            check_mapping(schedule, deps, program)
         except IllegalScheduleError as exc:
             if options.scheduler == "custom":
                 raise  # the user's mapping
