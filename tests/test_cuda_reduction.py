@@ -183,9 +183,15 @@ def test_a_reduce_mark_on_a_loop_that_is_no_reduction_is_refused():
 
 # ----------------------------------------------------------------------------- runs
 
+# each program with two block shapes, the shapes rotating over the programs so that
+# every shape meets several programs (the whole product cost a minute of the suite)
+RUNS = [(name, BLOCKS[(i + k) % len(BLOCKS)])
+        for i, name in enumerate(sorted(PROGRAMS)) for k in (0, len(BLOCKS) // 2)]
+
+
 @needs_cc
-@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: "x".join(map(str, b)))
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("name, block", RUNS,
+                         ids=[f"{n}-{'x'.join(map(str, b))}" for n, b in RUNS])
 def test_block_reductions_match_numpy(name, block):
     source, inputs, reference = PROGRAMS[name]
     kernel = polycomp.compile(source, target="cuda-emulated", gpu_block=block)
