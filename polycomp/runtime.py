@@ -15,7 +15,7 @@ the same for every target (polycomp/targets/base.py).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -274,21 +274,9 @@ class Kernel:
         if spare is None:
             spare = {name: aligned_empty(shape, dtype) for name, shape, dtype in plan.temporaries}
         buffers.update(spare)
-        call_args: list[object] = []
-        for kind, name, dtype in plan.arguments:
-            if kind == "size":
-                call_args.append(bound.sizes[name])
-            elif kind == "scalar":
-                call_args.append(scalar_value(bound.values[name], dtype))
-            else:
-                call_args.append(buffers[name].ctypes.data)
+        call_args = entry_arguments(plan, bound, lambda name: buffers[name].ctypes.data)
         try:
-            calling = variant.calling
-            if calling is not None:
-                with calling():
-                    status = variant.function(*call_args)
-            else:
-                status = variant.function(*call_args)
+            status = call_entry(variant.function, variant.calling, call_args)
         finally:
             plan.spare_temporaries.append(spare)
         for original, copy in bound.write_back:
@@ -376,14 +364,9 @@ class Kernel:
         zeroed = [(arrays[n].owner, f"out['{n}'] of '{self.name}'") for n in sorted(zero)]
         for owner, what in zeroed:  # refused here, before any run, when it cannot be done
             _zero(owner, what)
-        call_args: list[object] = []
-        for kind, name, dtype in plan.arguments:
-            if kind == "size":
-                call_args.append(bound.sizes[name])
-            elif kind == "scalar":
-                call_args.append(scalar_value(bound.values[name], dtype))
-            else:  # a temporary nobody gave: null, the device entry allocates it
-                call_args.append(arrays[name].address if name in arrays else None)
+        # a temporary nobody gave is null: the device entry allocates it
+        call_args = entry_arguments(
+            plan, bound, lambda name: arrays[name].address if name in arrays else None)
         outputs = [given["out"][name] for name in self.interface.outputs]
         result = (None if not outputs else outputs[0] if len(outputs) == 1
                   else tuple(outputs))
@@ -392,11 +375,7 @@ class Kernel:
         def run() -> object:
             for owner, what in zeroed:
                 _zero(owner, what)
-            if calling is not None:
-                with calling():
-                    status = function(*call_args)
-            else:
-                status = function(*call_args)
+            status = call_entry(function, calling, call_args)
             if status != 0:
                 raise_for_status(f"kernel '{name}'", status)
             return result
@@ -427,6 +406,30 @@ class Kernel:
         layout = {n: (tuple(s), d, "out") for n, s, d, _ in plan.allocate}
         layout.update({n: (tuple(s), d, "work") for n, s, d in plan.temporaries})
         return layout
+
+
+def entry_arguments(plan: CallPlan, bound: arguments.BoundArguments,
+                    address: Callable[[str], int | None]) -> list[object]:
+    """The entry's arguments in order: sizes, scalars as their C type's value, arrays as
+    ``address(name)``."""
+    values: list[object] = []
+    for kind, name, dtype in plan.arguments:
+        if kind == "size":
+            values.append(bound.sizes[name])
+        elif kind == "scalar":
+            values.append(scalar_value(bound.values[name], dtype))
+        else:
+            values.append(address(name))
+    return values
+
+
+def call_entry(function: Callable[..., int], calling: Callable[[], AbstractContextManager] | None,
+               arguments: Sequence[object]) -> int:
+    """One call of a loaded entry, inside the target's calling context where it has one."""
+    if calling is None:
+        return function(*arguments)
+    with calling():
+        return function(*arguments)
 
 
 def _no_device_entry(target: str) -> UnsupportedError:

@@ -71,6 +71,31 @@ EXAMPLE_SIZES = {
 }
 
 
+# a C loop nest with a scratch scalar (s: an array the generated code allocates)
+MV_LOOPS = """void mv(int n, double A[n][n], double x[n], double y[n]) {
+    for (int i = 0; i < n; i++) {
+        double s = 0.0;
+        for (int j = 0; j < n; j++) s += A[i][j] * x[j];
+        y[i] = 2.0 * s;
+    } }"""
+
+
+# every TC corpus program and operator, as "corpus/<key>" and "operator/<key>": the
+# GPU passes' on/off tests run each
+GPU_PROGRAMS = sorted(f"corpus/{k}" for k in CORPUS) + sorted(f"operator/{k}" for k in OPERATORS)
+
+
+def results_with(name: str, **options) -> tuple:
+    """The outputs (a tuple) of program ``name`` of GPU_PROGRAMS under cuda-emulated with
+    ``options``, on fixed inputs (copied: a kernel may update an input in place)."""
+    family, _, key = name.partition("/")
+    source, inputs, _ = (CORPUS if family == "corpus" else OPERATORS)[key][:3]
+    args = inputs(np.random.default_rng(5))
+    kernel = polycomp.compile(source, target="cuda-emulated", **options)
+    out = kernel(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    return out if isinstance(out, tuple) else (out,)
+
+
 def close(got: np.ndarray, want: object) -> None:
     want = np.asarray(want, dtype=got.dtype)
     if got.dtype.kind in "iub":
@@ -325,13 +350,7 @@ def test_statuses_come_back_from_the_kernels():
 
 @needs_cc
 def test_scratch_arrays_live_on_the_device():
-    source = """void mv(int n, double A[n][n], double x[n], double y[n]) {
-        for (int i = 0; i < n; i++) {
-            double s = 0.0;
-            for (int j = 0; j < n; j++) s += A[i][j] * x[j];
-            y[i] = 2.0 * s;
-        } }"""
-    kernel = polycomp.compile_loops(source, **EMULATED)
+    kernel = polycomp.compile_loops(MV_LOOPS, **EMULATED)
     rng = np.random.default_rng(6)
     a, x, y = rng.random((13, 13)), rng.random(13), np.zeros(13)
     kernel(13, a, x, y)

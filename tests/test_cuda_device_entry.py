@@ -28,7 +28,7 @@ import polycomp
 from polycomp.errors import ArgumentError, UnsupportedError
 from polycomp.targets import get_target
 from polycomp.targets.cuda import DeviceUnavailableError, gpu_available
-from test_cuda_codegen import EMULATED, OPERATORS
+from test_cuda_codegen import EMULATED, MV_LOOPS, OPERATORS
 from test_tc_corpus import CORPUS, f32
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,13 +87,7 @@ def test_several_kernels_with_a_temporary(give_work):
 
 @needs_cc
 def test_loop_kernel_updates_in_place_with_a_scratch_array():
-    source = """void mv(int n, double A[n][n], double x[n], double y[n]) {
-        for (int i = 0; i < n; i++) {
-            double s = 0.0;
-            for (int j = 0; j < n; j++) s += A[i][j] * x[j];
-            y[i] = 2.0 * s;
-        } }"""
-    kernel = polycomp.compile_loops(source, **EMULATED)
+    kernel = polycomp.compile_loops(MV_LOOPS, **EMULATED)
     rng = np.random.default_rng(6)
     a, x, y = rng.random((11, 11)), rng.random(11), np.zeros(11)
     assert kernel.on_device(11, a, x, y) is None

@@ -29,8 +29,8 @@ import polycomp.cuda
 from polycomp import islutil as U
 from polycomp.scheduler import gpu_promotion as PR
 from polycomp.scheduler import tree as T
-from test_cuda_codegen import OPERATORS, close
-from test_tc_corpus import CORPUS, conv, f32
+from test_cuda_codegen import GPU_PROGRAMS, close, results_with
+from test_tc_corpus import conv, f32
 
 needs_cc = pytest.mark.needs_cc
 needs_nvcc = pytest.mark.needs_nvcc
@@ -261,22 +261,14 @@ def test_promoted_matmul_at_any_size_and_shape(m, k, n, block, grid, parametric)
 
 
 @needs_cc
-@pytest.mark.parametrize("name", sorted(f"corpus/{k}" for k in CORPUS)
-                         + sorted(f"operator/{k}" for k in OPERATORS))
+@pytest.mark.parametrize("name", GPU_PROGRAMS)
 def test_promotion_on_and_off_agree(name):
     """The same operations in the same order, through registers and shared tiles or
     not: the results are identical, floats included."""
-    family, _, key = name.partition("/")
-    source, inputs, _ = (CORPUS if family == "corpus" else OPERATORS)[key][:3]
-    args = inputs(np.random.default_rng(5))
-    results = []
-    for promotion in (True, False):
-        kernel = polycomp.compile(source, target="cuda-emulated", gpu_block=(5, 3),
-                                  gpu_promotion=promotion)
-        out = kernel(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
-        results.append(out if isinstance(out, tuple) else (out,))
-    for on, off in zip(*results):
-        np.testing.assert_array_equal(on, off)
+    on = results_with(name, gpu_block=(5, 3), gpu_promotion=True)
+    off = results_with(name, gpu_block=(5, 3), gpu_promotion=False)
+    for a, b in zip(on, off, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @needs_cc

@@ -29,7 +29,7 @@ from polycomp import islutil as U
 from polycomp.errors import IllegalScheduleError
 from polycomp.scheduler import gpu_reduction as R
 from polycomp.scheduler import tree as T
-from test_cuda_codegen import OPERATORS, close
+from test_cuda_codegen import GPU_PROGRAMS, close, results_with
 from test_tc_corpus import CORPUS, f32
 
 needs_cc = pytest.mark.needs_cc
@@ -236,20 +236,12 @@ def test_a_reduction_into_an_element_with_a_value_keeps_it():
 
 
 @needs_cc
-@pytest.mark.parametrize("name", sorted(f"corpus/{k}" for k in CORPUS)
-                         + sorted(f"operator/{k}" for k in OPERATORS))
+@pytest.mark.parametrize("name", GPU_PROGRAMS)
 def test_block_reduction_on_and_off_agree(name):
-    family, _, key = name.partition("/")
-    source, inputs, _ = (CORPUS if family == "corpus" else OPERATORS)[key][:3]
-    args = inputs(np.random.default_rng(5))
-    results = []
-    for on in (True, False):
-        kernel = polycomp.compile(source, target="cuda-emulated", gpu_block=(33, 2),
-                                  gpu_block_reduction=on)
-        out = _run(kernel, args)
-        results.append(out if isinstance(out, tuple) else (out,))
-    for on, off in zip(*results):
-        close(on, off)  # integers bit for bit; floats up to the order of the sums
+    on = results_with(name, gpu_block=(33, 2), gpu_block_reduction=True)
+    off = results_with(name, gpu_block=(33, 2), gpu_block_reduction=False)
+    for a, b in zip(on, off, strict=True):
+        close(a, b)  # integers bit for bit; floats up to the order of the sums
 
 
 @needs_cc
@@ -270,21 +262,17 @@ def test_softmax_and_layernorm_at_long_rows():
 
 @needs_cc
 def test_the_block_reduced_row_sum_is_tsan_clean(tmp_path):
-    from test_cuda_tsan import make_case, read_back, run_under_tsan
+    from test_cuda_tsan import assert_tsan_clean, make_case
 
     case = make_case("operator/row_sum")
     assert "polycomp_reduce0_0" in case.text  # 13 rows, 40 columns: block-reduced
-    done = run_under_tsan(tmp_path, case)
-    assert "ThreadSanitizer" not in done.stderr, done.stderr
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-    for i, output in case.outputs.items():
-        close(read_back(tmp_path, case, i), case.want[output])
+    assert_tsan_clean(tmp_path, case, "operator/row_sum")
 
 
 @needs_cc
 def test_one_block_reducing_every_row_in_turn_is_tsan_clean(tmp_path, monkeypatch):
     import test_cuda_tsan
-    from test_cuda_tsan import make_case, read_back, run_under_tsan
+    from test_cuda_tsan import assert_tsan_clean, make_case
 
     # one block for the 13 rows: the buffer is reused from row to row with no barrier
     # between thread 0's read of the result and the next row's stores
@@ -293,11 +281,7 @@ def test_one_block_reducing_every_row_in_turn_is_tsan_clean(tmp_path, monkeypatc
                         lambda *a, **k: compile_(*a, gpu_grid=(1,), **k))
     case = make_case("operator/row_sum")
     assert "polycomp_reduce0_0" in case.text and "dim3(1, 1, 1), dim3(40, 1, 1)" in case.text
-    done = run_under_tsan(tmp_path, case)
-    assert "ThreadSanitizer" not in done.stderr, done.stderr
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-    for i, output in case.outputs.items():
-        close(read_back(tmp_path, case, i), case.want[output])
+    assert_tsan_clean(tmp_path, case, "operator/row_sum, one block")
 
 
 @needs_cc

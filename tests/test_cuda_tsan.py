@@ -204,18 +204,23 @@ def read_back(folder: Path, case: Case, i: int) -> np.ndarray:
     return np.fromfile(folder / f"a{i}.out", dtype=want.dtype).reshape(want.shape)
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_generated_cuda_is_tsan_clean_and_matches_numpy(tmp_path, name):
-    case = make_case(name)
-    done = run_under_tsan(tmp_path, case)
+def assert_tsan_clean(folder: Path, case: Case, name: str) -> None:
+    """``case`` built and run under TSan in ``folder``: no report, a clean exit, the
+    outputs matching the reference and the inputs untouched."""
+    done = run_under_tsan(folder, case)
     assert "ThreadSanitizer" not in done.stderr, f"{name}: TSan report\n{done.stderr}"
     assert done.returncode == 0 and done.stdout.strip() == "ok", (
         f"{name}: exit {done.returncode}\n{done.stdout}\n{done.stderr}")
     for i, output in case.outputs.items():
-        close(read_back(tmp_path, case, i), case.want[output])
+        close(read_back(folder, case, i), case.want[output])
     for i, given in case.inputs.items():  # bit for bit: NaN payloads and all
-        assert read_back(tmp_path, case, i).tobytes() == given.tobytes(), (
+        assert read_back(folder, case, i).tobytes() == given.tobytes(), (
             f"{name}: the kernel wrote its input argument {i}")
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_generated_cuda_is_tsan_clean_and_matches_numpy(tmp_path, name):
+    assert_tsan_clean(tmp_path, make_case(name), name)
 
 
 def test_every_program_has_a_reference():
