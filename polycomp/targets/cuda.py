@@ -60,7 +60,8 @@ KNOWN_STATUSES = (0, 1, 2, 3)
 
 class DeviceUnavailableError(PolycompError):
     """A ``cuda`` kernel called where no GPU can run it (no driver, no device, no
-    pycuda, no nvcc): the reason, and what to do instead."""
+    nvcc; pycuda is optional, polycomp.cuda.available()): the reason, and what to do
+    instead."""
 
 
 class DeviceError(PolycompError):
