@@ -315,9 +315,10 @@ def _run(args: argparse.Namespace) -> int:
 TUNE_DESCRIPTION = """\
 Search the tiling of one kernel at fixed sizes (polycomp.tune): tile sizes per band and
 member, unroll-and-jam, the SIMD loop and L2 tiles, proposed by a cost model from the
-configurations measured so far. Each configuration is compiled, checked against the
-default's outputs and timed in a child process; a failing or hanging one is recorded and
-skipped. Every trial goes to the records (--records), and later compiles of this kernel
+configurations measured so far (for --target cuda or cuda-emulated: each kernel's block
+tile per member and the threads per block, threads along x and most blocks along x).
+Each configuration is compiled, checked against the default's outputs and timed in a
+child process; a failing or hanging one is recorded and skipped. Every trial goes to the records (--records), and later compiles of this kernel
 at these sizes on this machine apply the best one.
 
 For an .onnx model, one budget of measurements (--budget, default 200) is shared by the
@@ -361,6 +362,11 @@ def _tune_parser(sub) -> None:  # noqa: ANN001 - argparse's private subparsers a
                         "neither seeded by them nor stored), and print and plot both")
     p.add_argument("--scheduler", default=None, choices=[s for s in SCHEDULERS if s != "custom"],
                    help=f"the scheduler whose bands are tiled (default {Options.scheduler})")
+    p.add_argument("--target", default=None, metavar="TARGET",
+                   help="the backend to tune for: openmp (the default), cuda (on a GPU: the "
+                        "kernels' block tiles and the launch sizes, timed through the device "
+                        "entry) or cuda-emulated (the same space on CPU threads); .tc and .c "
+                        "files")
     p.add_argument("-I", dest="include", action="append", default=[], metavar="DIR",
                    help="C files: an include directory for the preprocessor")
     p.add_argument("-D", dest="define", action="append", default=[],
@@ -388,6 +394,7 @@ def _tune(args: argparse.Namespace) -> int:
     if args.plot:
         _check_plot(args.plot)  # before the search, not after it
     if is_onnx(args.file):
+        _no_target_for_onnx(args)
         return _tune_onnx(args)
     if args.shape:
         raise OptionError("--shape is for .onnx models", hint="give sizes with --sizes M=512")
@@ -410,7 +417,7 @@ def _tune(args: argparse.Namespace) -> int:
                           f"{definition.name}", hint=f"its sizes: {', '.join(names)}")
     records = _open_records(args.records)
     options = {} if args.scheduler is None else {"scheduler": args.scheduler}
-    kernel = Kernel(definition, Options.create(**options))
+    kernel = Kernel(definition, Options.create(**options, **target_options(args)))
     extra = {} if args.time_budget is None else {"time_budget": args.time_budget}
     executor = worker_pool(args.workers)
     try:

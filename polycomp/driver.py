@@ -58,7 +58,8 @@ def schedule_program(program: Program, deps: Dependences, options: Options) -> i
 def compile_program(program: Program, options: Options) -> Compiled:
     target = get_target(options.target)
     program.validate()
-    if options.block_channels and options.scheduler not in ("none", "custom"):
+    if options.block_channels and target.packs_channels and \
+            options.scheduler not in ("none", "custom"):
         program = block_channels(program)
     if options.scheduler not in ("none", "custom"):
         program = inline_pointwise(program)  # after blocking: its unpack is inlined too

@@ -27,6 +27,9 @@ TUNINGS = ("records", "none")
 # a per-band knob: "<band id>/<knob>", the band id as polycomp.tuning.space.band_id writes
 # it (its statements, sorted and joined by '+', '@' its position on their path)
 BAND_KNOB = re.compile(r"(?P<band>[^/@]+@\d+)/(?P<knob>tile\d+|unroll|simd|l2)")
+# the GPU targets' launch knobs, for every kernel of the program (scheduler/tiling.py's
+# ConfiguredPolicy.gpu_launch): threads per block, threads along x, most blocks along x
+GPU_KNOB = re.compile(r"gpu/(?P<knob>threads|x|grid)")
 # a tile size is a C constant in loop bounds and strides: keep products of a tile size and
 # a tile counter far from long overflow (no loop has 2**31 iterations in one tile anyway)
 MAX_TILE = 2**31 - 1
@@ -56,7 +59,7 @@ class Options:
                 block a convolution's output channels by the vector width, its
                 weights packed to match (scheduler/blocking.py), so that the vector
                 loop runs along them (specialised programs; not for "none" or
-                "custom").
+                "custom"; CPU targets: a GPU's threads keep the plain layout).
     exact_fp    keep every floating-point reduction in its original order (bit-for-bit
                 the unscheduled result); by default their loops may be reordered,
                 as TC and TVM do (scheduler/reductions.py). Integer reductions are
@@ -74,6 +77,10 @@ class Options:
                 "<band>/tile<m>" (tile size of member m), "<band>/unroll" (unroll-and-jam
                 factor), "<band>/simd" (the member made the vector loop, -1: the pass's
                 choice), "<band>/l2" (1: a second level of tiles); a dict is accepted.
+                GPU targets: "<band>/tile<m>" is a kernel band's tile (along a thread
+                member the block's extent in elements), and "gpu/threads", "gpu/x" and
+                "gpu/grid" set every kernel's threads per block, threads along x and
+                most blocks along x (over gpu_block and gpu_grid).
                 What polycomp.tune finds; bands and members not named keep the model's.
     tuning      "records": apply the best tuning record of this kernel at these sizes on
                 this machine, if there is one and ``band_config`` is empty (compile,
@@ -247,14 +254,17 @@ def _check_band_config(config: object) -> None:
         raise OptionError("option 'band_config' names a knob more than once",
                           hint=_BAND_CONFIG_HINT)
     for name, value in config:
-        match = BAND_KNOB.fullmatch(name)
+        match = BAND_KNOB.fullmatch(name) or GPU_KNOB.fullmatch(name)
         if match is None:
             raise OptionError(f"option 'band_config': '{name}' is no band knob",
                               hint="a knob is '<band>/tile<m>', '<band>/unroll', "
-                                   "'<band>/simd' or '<band>/l2'; " + _BAND_CONFIG_HINT)
+                                   "'<band>/simd', '<band>/l2', 'gpu/threads', 'gpu/x' or "
+                                   "'gpu/grid'; " + _BAND_CONFIG_HINT)
         knob = match.group("knob")
         low, high = ((1, MAX_TILE) if knob.startswith("tile") else (0, 64) if knob == "unroll"
-                     else (-1, 1023) if knob == "simd" else (0, 1))
+                     else (-1, 1023) if knob == "simd" else (0, 1) if knob == "l2"
+                     else (1, MAX_BLOCK_THREADS) if knob in ("threads", "x")
+                     else (1, GRID_AXIS_LIMITS[0]))
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise OptionError(f"option 'band_config': '{name}' must be an integer from "
                               f"{low} to {high}, not {value!r}", hint=_BAND_CONFIG_HINT)

@@ -67,16 +67,30 @@ Block and grid sizes: ``Options.gpu_block`` (threads per block along x, y, z; it
 is how many members may go to threads; at most 1024 threads in all) and
 ``Options.gpu_grid`` (the most blocks along x, y, z; its length is how many members may
 go to blocks); None chooses (DEFAULT_BLOCKS; grids as large as the loops, within
-GRID_LIMITS). Codegen takes the same sizes (``block_shape``).
+GRID_LIMITS). Codegen takes the same sizes (``block_shape``). Both, and each kernel
+band's tile sizes, pass through the tile policy (scheduler/tiling.py: ``gpu_launch``,
+``gpu_tiles``), where a tuner's configuration (``Options.band_config``) replaces them;
+a kernel's block is its thread members' tiles, at most the launch shape along each axis
+(a larger tile gives each thread several elements, strided by the block).
+
+Which schedule (``map_to_gpu``): Pluto's tree skews a stencil's space loops by time so
+that a CPU can tile it; mapped to a GPU, the skewed loop then has to stay on the host,
+one launch per step of it. Under scheduler="pluto" with known sizes, a mapping with
+launches in host loops or work in single-thread kernels is compared by ``mapping_cost``
+with the mapping of isl's tree (outer parallelism first, as PPCG schedules for GPUs),
+and the cheaper is taken when it costs under half. Another scheduler named by the user
+is kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import islpy as isl
 
-from polycomp.errors import IllegalScheduleError
+from polycomp import islutil as U
+from polycomp.errors import IllegalScheduleError, PolycompError
 from polycomp.ir import Program
 from polycomp.options import GRID_AXIS_LIMITS, Options
 
@@ -84,7 +98,8 @@ from . import cache_model as CM
 from . import gpu_reduction as R
 from . import tree as T
 from .dependences import Dependences
-from .tiling import band_extents, is_permutable, replace_band, tile_band
+from .tiling import (BandTiling, BandView, band_extents, is_permutable, observe, policy_for,
+                     replace_band, tile_band)
 
 # blocks along x, y, z (polycomp/options.py checks Options.gpu_block and gpu_grid
 # against CUDA's limits)
@@ -102,12 +117,15 @@ GPU_MARKS = (T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD)
 
 
 def block_shape(options: Options, axes: int) -> tuple[int, ...]:
-    """Threads per block along the first ``axes`` axes (x first)."""
+    """Threads per block along the first ``axes`` axes (x first): Options.gpu_block or
+    DEFAULT_BLOCKS, reshaped by a configuration's launch knobs (the tile policy)."""
     if axes == 0:
         return ()
     if options.gpu_block is not None:
-        return tuple(options.gpu_block[:axes])
-    return DEFAULT_BLOCKS[axes]
+        shape = tuple(options.gpu_block[:axes])
+    else:
+        shape = DEFAULT_BLOCKS[axes]
+    return policy_for(options).gpu_launch(shape, GRID_LIMITS[0])[0]
 
 
 def thread_axes(options: Options) -> int:
@@ -121,8 +139,12 @@ def grid_axes(options: Options) -> int:
 def grid_limit(options: Options, axis: int) -> int:
     """The most blocks along ``axis`` (0: x): Options.gpu_grid's, within CUDA's."""
     if options.gpu_grid is not None and axis < len(options.gpu_grid):
-        return min(options.gpu_grid[axis], GRID_LIMITS[axis])
-    return GRID_LIMITS[axis]
+        limit = min(options.gpu_grid[axis], GRID_LIMITS[axis])
+    else:
+        limit = GRID_LIMITS[axis]
+    if axis == 0:
+        limit = min(policy_for(options).gpu_launch((), limit)[1], GRID_LIMITS[0])
+    return limit
 
 
 def has_gpu_marks(schedule: isl.Schedule) -> bool:
@@ -136,11 +158,81 @@ def map_to_gpu(schedule: isl.Schedule, program: Program, deps: Dependences,
                options: Options) -> isl.Schedule:
     """The tree with ``kernel``, ``block`` and ``thread`` marks (module doc). A tree that
     has GPU marks already (a user's, ``scheduler="custom"``) is kept as it is; the
-    targets check it (``check_mapping``)."""
+    targets check it (``check_mapping``). Under the default scheduler, a mapping that
+    leaves launches in host loops or work in single-thread kernels is compared with the
+    mapping of isl's schedule (``outer_parallel``), and the cheaper one is taken."""
     if has_gpu_marks(schedule):
         return schedule
-    mapper = _Mapper(program, deps, options)
-    return mapper.host(schedule.get_root()).get_schedule()
+    mapped = _Mapper(program, deps, options).host(schedule.get_root()).get_schedule()
+    if options.scheduler != "pluto" or program.params:
+        return mapped  # the user's choice of scheduler; no sizes to count launches by
+    cost = mapping_cost(mapped)
+    if cost <= LAUNCH_MICROSECONDS * count_kernels(mapped):
+        return mapped  # one launch per kernel and no serial work: nothing to gain
+    other = outer_parallel(program, deps, options)
+    if other is None:
+        return mapped
+    alternative = _Mapper(program, deps, options).host(other.get_root()).get_schedule()
+    return alternative if mapping_cost(alternative) < CHOICE_MARGIN * cost else mapped
+
+
+# the cost of a mapping (mapping_cost), in microseconds: a launch, and a statement
+# instance run by a single-thread kernel (a GPU thread alone runs about 50 M simple
+# statements a second); parallel work counts the same in any mapping and is left out
+LAUNCH_MICROSECONDS = 5.0
+SERIAL_MICROSECONDS = 0.02
+# the other mapping must cost less than this share of the first to be taken
+CHOICE_MARGIN = 0.5
+
+
+def outer_parallel(program: Program, deps: Dependences,
+                   options: Options) -> isl.Schedule | None:
+    """isl's schedule of the program (outer coincidence first, as PPCG schedules for
+    GPUs: Pluto's skewing for tiles gives stencils their locality on a CPU but leaves
+    a GPU only a wavefront, one launch per step of the skewed loop); None when the isl
+    scheduler fails."""
+    from . import get_scheduler  # noqa: PLC0415 - the package imports this module
+
+    try:
+        return get_scheduler("isl")(program, deps, options)
+    except PolycompError:
+        return None
+
+
+def count_kernels(schedule: isl.Schedule) -> int:
+    return sum(1 for n in T.nodes(schedule) if T.is_mark(n, T.MARK_KERNEL))
+
+
+def mapping_cost(schedule: isl.Schedule) -> float:
+    """Microseconds a mapped tree spends beyond its parallel work: a launch per kernel
+    and iteration of the host loops around it, and the instances of single-thread
+    kernels (bounding boxes of the specialised sets: an estimate, for comparing
+    mappings of one program)."""
+    cost = 0.0
+    for node in T.nodes(schedule):
+        if not T.is_mark(node, T.MARK_KERNEL):
+            continue
+        domain = node.get_domain()
+        launches = _box_points(node.get_prefix_schedule_union_map()
+                               .intersect_domain(domain).range())
+        cost += LAUNCH_MICROSECONDS * max(1, launches)
+        if not any(T.is_mark(n, T.MARK_THREAD) for n in T.subtree(node)):
+            cost += SERIAL_MICROSECONDS * _box_points(domain)
+    return cost
+
+
+def _box_points(uset: isl.UnionSet) -> int:
+    """The points of the bounding boxes of ``uset``'s sets (0 dimensions: 1 each)."""
+    total = 0
+    for part in U.sets_of(uset):
+        count = 1
+        for d in range(part.dim(isl.dim_type.set)):
+            low, high = part.dim_min_val(d), part.dim_max_val(d)
+            if not (low.is_int() and high.is_int()):
+                return 2**62  # unbounded: no estimate
+            count *= max(0, int(high.to_python()) - int(low.to_python()) + 1)
+        total += count
+    return total
 
 
 class _Mapper:
@@ -249,29 +341,46 @@ class _Mapper:
         the rewritten subtree."""
         refs = CM.band_references(node, self.program)
         extents = band_extents(node)
+        n = len(extents)
         threads = choose_threads(members, refs, thread_axes(self.options))  # x first
         shape = block_shape(self.options, len(threads))
         sizes = {m: _fit(size, extents[m]) for m, size in zip(threads, shape)}
         others = [m for m in members if m not in threads]
         others.sort(key=lambda m: (-(extents[m] or 2**62), -m))  # the largest first
-        # a thread member that fits in one tile leaves its tile loop one value: no block
-        tiled = [m for m in threads if extents[m] is None or extents[m] > sizes[m]]
-        blocks = (tiled + others)[:grid_axes(self.options)]  # x first
-        if self.options.tile and is_permutable(node, self.validity):
-            return self._tiled(node, threads, blocks, sizes, extents)
+        blocks = self._blocks(threads, others, sizes, extents)
+        tiled = self.options.tile and is_permutable(node, self.validity)
+        if tiled:
+            # blocks-only members: the tile loop is the member itself
+            tile = [sizes[m] if m in sizes else 1 if m in blocks or extents[m] == 1
+                    else SEQUENTIAL_TILE for m in range(n)]
+            free = [m for m in range(n) if m in sizes or (m not in blocks and extents[m] != 1)]
+        else:
+            tile = [sizes.get(m, 1) for m in range(n)]
+            free = list(threads)
+        # the policy's sizes (a tuner's configuration; the above by default)
+        view = BandView(node, self.program, self.options, None, extents)
+        chosen = policy_for(self.options).gpu_tiles(view, tuple(tile), free)
+        observe(replace(view.summary(BandTiling((chosen,))),
+                        gpu_members=tuple(m for m in free
+                                          if extents[m] is None or extents[m] > 1)))
+        if chosen != tuple(tile):
+            sizes = {m: max(1, chosen[m]) for m in threads}
+            blocks = self._blocks(threads, others, sizes, extents)
+        if tiled:
+            return self._tiled(node, threads, blocks, [max(1, t) for t in chosen])
         return self._strip_mined(node, threads, blocks, sizes)
 
+    def _blocks(self, threads: list[int], others: list[int], sizes: dict[int, int],
+                extents: Sequence[int | None]) -> list[int]:
+        """The members whose tile loops go to blocks, x first: the thread members with
+        more than one tile, then the other mappable ones, as many as the grid's axes."""
+        # a thread member that fits in one tile leaves its tile loop one value: no block
+        tiled = [m for m in threads if extents[m] is None or extents[m] > sizes[m]]
+        return (tiled + others)[:grid_axes(self.options)]
+
     def _tiled(self, node: isl.ScheduleNode, threads: list[int], blocks: list[int],
-               sizes: dict[int, int], extents: Sequence[int | None]) -> isl.ScheduleNode:
+               tile: list[int]) -> isl.ScheduleNode:
         n = node.band_n_member()
-        tile = []
-        for m in range(n):
-            if m in sizes:
-                tile.append(sizes[m])
-            elif m in blocks or extents[m] == 1:
-                tile.append(1)  # the tile loop is the member itself
-            else:
-                tile.append(SEQUENTIAL_TILE)
         node = tile_band(node, tile, self.relation)
         # tile band: blocks z, y, x, then the rest; point band: threads z, y, x, the rest
         tile_order = blocks[::-1] + [m for m in range(n) if m not in blocks]

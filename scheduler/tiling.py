@@ -51,6 +51,7 @@ distance 0 on it). A ``point_band`` mark above each point band tells the intra-t
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -229,6 +230,9 @@ class TiledBand:
     parallel: tuple[int, ...]  # the member the parallel tile loop comes from (if any)
     references: tuple[CM.Reference, ...]
     tiled: bool = True  # False: the sizes held the whole band, which stayed as it was
+    # a GPU kernel band (scheduler/gpu_mapping.py): the members whose tile a
+    # configuration may set (thread and sequential members); None: a CPU band
+    gpu_members: tuple[int, ...] | None = None
 
     def footprint(self, sizes: Sequence[float]) -> float:
         """Bytes one tile of ``sizes`` touches (cache_model.footprint)."""
@@ -301,13 +305,26 @@ def band_position(node: isl.ScheduleNode) -> int:
 
 class TilePolicy:
     """The default policy: the analytical choice (``Options.tile_sizes`` or the cache
-    model; intra-tile settings from Options)."""
+    model; intra-tile settings from Options); for the GPU targets' mapping the mapping's
+    own tiles and the launch sizes of Options."""
 
     def __init__(self, options: Options):
         self.options = options
 
     def tiling(self, band: BandView) -> BandTiling:
         return BandTiling(analytical_levels(band, self.options))
+
+    def gpu_tiles(self, band: BandView, default: tuple[int, ...],
+                  members: Sequence[int]) -> tuple[int, ...]:
+        """A GPU kernel band's tile sizes (scheduler/gpu_mapping.py: along a thread
+        member the block's extent in elements, along a sequential one the tile each step
+        stages); ``members``: those a configuration may set."""
+        return default
+
+    def gpu_launch(self, block: tuple[int, ...], grid_x: int) -> tuple[tuple[int, ...], int]:
+        """Threads per block along x, y, z and the most blocks along x, from the
+        mapping's defaults (Options.gpu_block, gpu_grid)."""
+        return block, grid_x
 
 
 class ConfiguredPolicy(TilePolicy):
@@ -337,6 +354,42 @@ class ConfiguredPolicy(TilePolicy):
             levels = (tuple(max(o, s) for o, s in zip(base[0], inner)), inner)
         simd = knobs.get("simd", -1)
         return BandTiling(levels, knobs.get("unroll"), simd if simd >= 0 else None)
+
+    def gpu_tiles(self, band: BandView, default: tuple[int, ...],
+                  members: Sequence[int]) -> tuple[int, ...]:
+        knobs = self.bands.get(band.id, {})
+        return tuple(int(knobs.get(f"tile{m}", size)) if m in members else size
+                     for m, size in enumerate(default))
+
+    def gpu_launch(self, block: tuple[int, ...], grid_x: int) -> tuple[tuple[int, ...], int]:
+        knobs = self.bands.get("gpu", {})
+        return gpu_block_shape(block, knobs.get("threads"), knobs.get("x")), \
+            int(knobs.get("grid", grid_x))
+
+
+def gpu_block_shape(block: tuple[int, ...], threads: int | None,
+                    x: int | None) -> tuple[int, ...]:
+    """``block`` (threads along x, y, z) reshaped to ``threads`` in all with ``x`` along
+    x (either None: as in ``block``); the axes after y keep their share where they can.
+    One pair of knobs serves kernels of one, two or three thread axes alike."""
+    if not block or (threads is None and x is None):
+        return block
+    total = threads if threads is not None else math.prod(block)
+    if len(block) == 1:
+        return (max(1, total),)
+    along_x = max(1, min(x if x is not None else block[0], total))
+    rest = max(1, total // along_x)
+    if len(block) == 2:
+        return (along_x, rest)
+    along_z = max(1, min(block[2], rest))
+    return (along_x, max(1, rest // along_z), along_z)
+
+
+def observe(summary: TiledBand) -> None:
+    """Report a band to ``observe_bands`` (the GPU mapping reports its kernel bands)."""
+    observed = _OBSERVED.get()
+    if observed is not None:
+        observed.append(summary)
 
 
 def policy_for(options: Options) -> TilePolicy:

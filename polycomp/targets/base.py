@@ -9,7 +9,9 @@ A target owns
 - ``passes``: the decision passes that run after tiling, each ``(schedule, program,
   deps, options) -> schedule`` (scheduler/passes.py runs them and names a failing one);
   ``neutral_tiling`` False skips the target-neutral tiling before them (a GPU target
-  tiles for its blocks in its own mapping pass, not for the CPU's caches);
+  tiles for its blocks in its own mapping pass, not for the CPU's caches), and
+  ``launch_knobs`` True gives the tuner's space the GPU launch knobs, and
+  ``packs_channels`` False skips channel blocking (a CPU vector layout);
 - ``marks``: the decision marks (scheduler/tree.DECISION_MARKS) its code generator
   prints. ``check_marks`` refuses a schedule with any other one: a user's tree with
   ``block`` marks given to a CPU target fails loudly instead of running sequentially;
@@ -55,6 +57,11 @@ class Target(abc.ABC):
     marks: frozenset[str] = frozenset()
     passes: Sequence[tuple[str, Pass]] = ()
     neutral_tiling: bool = True
+    # whether the tuner's space has the GPU launch knobs (polycomp/tuning/space.py)
+    launch_knobs: bool = False
+    # whether Options.block_channels applies (scheduler/blocking.py packs weights for
+    # the CPU's vector loop; a GPU's threads want the plain layout)
+    packs_channels: bool = True
 
     def check_marks(self, schedule: isl.Schedule) -> None:
         """IllegalScheduleError when ``schedule`` has a decision mark this target does

@@ -3,7 +3,8 @@ for CPU threads.
 
 Place in the pipeline (targets/base.py lists what a target owns); both targets share:
 
-- no CPU tiling (``neutral_tiling`` off), then the pass ``gpu_mapping``
+- no channel blocking (``packs_channels`` off: a CPU vector layout) and no CPU tiling
+  (``neutral_tiling`` off), then the pass ``gpu_mapping``
   (scheduler/gpu_mapping.py: ``kernel``, ``block``, ``thread`` marks, tiles shaped like
   the blocks), then ``gpu_promotion`` (scheduler/gpu_promotion.py: ``shared:`` and
   ``private:`` marks, unless ``Options.gpu_promotion`` is off), the marks they print;
@@ -126,6 +127,8 @@ class _CudaText(NativeTarget):
     marks = frozenset({T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD})
     passes = (("gpu_mapping", _gpu_mapping), ("gpu_promotion", promote))
     neutral_tiling = False
+    launch_knobs = True
+    packs_channels = False
     source_suffix = ".cu"
 
     def annotate(self, schedule: isl.Schedule, program: Program, deps: Dependences,

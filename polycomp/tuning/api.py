@@ -43,13 +43,15 @@ from polycomp.options import Options
 from polycomp.runtime import Kernel
 from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler.tiling import TiledBand, observe_bands
+from polycomp.targets import get_target
 from polycomp.testing import declared_extent
 
-from .measure import Measurer, time_callable
+from .measure import Measurer, device_call, time_callable
 from .records import Record, Records, default_path
 from .sampler import RandomSearch, Sampler, TuneResult
 from .signature import kernel_signature, kernel_sizes
-from .space import UNROLL_FACTORS, BandInfo, Config, Featurizer, TuningSpace, min_parallel_tiles
+from .space import (GPU_TILE_LIMIT, GPU_TILE_MIN, UNROLL_FACTORS, BandInfo, Config, Featurizer,
+                    TuningSpace, launch_fits, launch_knobs, min_parallel_tiles)
 
 # seconds of timed calls per configuration (the minimum of them counts)
 TIME_BUDGET = 0.2
@@ -154,8 +156,19 @@ def measure_trial(config: Mapping[str, int], spec: TrialSpec) -> tuple[float, tu
     args = spec.arguments()
     kernel.specialize(spec.sizes)
     outputs = run_outputs(kernel, args)
-    seconds = time_callable(lambda: kernel(*args), budget=spec.time_budget, warmup=0)
+    seconds = time_callable(timed_call(kernel, args), budget=spec.time_budget, warmup=0)
     return seconds, outputs
+
+
+def timed_call(kernel: Kernel, args: Sequence[Any]) -> Any:
+    """What a trial times: a GPU target's device entry on arrays staged on the device
+    (the host entry's copies would swamp the kernels; measure.device_call), else a
+    normal call. Its first call is the warm-up the caller leaves untimed."""
+    device = device_call(kernel, args)
+    if device is not None:
+        device()
+        return device
+    return lambda: kernel(*args)
 
 
 def confirm_candidates(spec: TrialSpec, configs: Sequence[Mapping[str, int]],
@@ -172,7 +185,7 @@ def confirm_candidates(spec: TrialSpec, configs: Sequence[Mapping[str, int]],
     for config in configs:
         kernel = spec.kernel(config)
         kernel.specialize(spec.sizes)
-        calls.append(lambda k=kernel: k(*args))
+        calls.append(timed_call(kernel, args))
     best = [math.inf] * len(calls)
     turn = spec.time_budget / rounds * 2  # each configuration gets about 2 budgets
     for r in range(rounds):
@@ -197,6 +210,12 @@ def band_infos(bands: Sequence[TiledBand], options: Options) -> tuple[list[BandI
     """BandInfo per tiled band and the default configuration (the analytical choice)."""
     infos, default = [], {}
     for b in bands:
+        if b.gpu_members is not None:
+            info = gpu_band_info(b)
+            for knob in info.knobs():
+                default[knob.name] = b.tiling.levels[-1][int(knob.name.rsplit("/tile", 1)[1])]
+            infos.append(info)
+            continue
         # a choice between at least two members, only when the pass vectorises at all
         simd = b.vector_members if options.vectorize and len(b.vector_members) > 1 else ()
         info = BandInfo(b.id, b.extents, lanes=b.lanes, simd_members=simd,
@@ -212,9 +231,22 @@ def band_infos(bands: Sequence[TiledBand], options: Options) -> tuple[list[BandI
     return infos, default
 
 
+def gpu_band_info(band: TiledBand) -> BandInfo:
+    """A GPU kernel band's BandInfo: tile knobs for its thread and sequential members,
+    from GPU_TILE_MIN to GPU_TILE_LIMIT elements (within the extent)."""
+    limits = tuple(GPU_TILE_LIMIT for _ in band.extents)
+    floor = [min(GPU_TILE_MIN, e or GPU_TILE_MIN) for e in band.extents]
+    # the candidates below the floor go; the member's default stays (TuningSpace adds it)
+    return BandInfo(band.id, band.extents, lanes=1, unroll=(), l2=False, limits=limits,
+                    members=tuple(m for m in band.gpu_members), parallel=(),
+                    floors=tuple(floor))
+
+
 def _space_from(bands: Sequence[TiledBand], options: Options
                 ) -> tuple[TuningSpace, list[BandInfo]]:
     infos, default = band_infos(bands, options)
+    if get_target(options.target).launch_knobs:
+        return _gpu_space(infos, default, options), infos
     prune = None
     parallel = [i for i in infos if i.parallel]
     if parallel:
@@ -225,6 +257,21 @@ def _space_from(bands: Sequence[TiledBand], options: Options
         threads = max(1, min(os.cpu_count() or 1, fewest))
         prune = min_parallel_tiles(parallel, threads)
     return TuningSpace.from_bands(infos, default=default, prune=prune), infos
+
+
+def _gpu_space(infos: Sequence[BandInfo], default: dict[str, int],
+               options: Options) -> TuningSpace:
+    """A GPU target's space: its kernel bands' tile knobs and the launch knobs."""
+    from polycomp.scheduler import gpu_mapping as G  # noqa: PLC0415
+
+    axes = G.thread_axes(options)
+    block = G.block_shape(options, axes)
+    launch = launch_knobs(axes, block, G.grid_limit(options, 0))
+    default.update({"gpu/threads": math.prod(block), "gpu/grid": G.grid_limit(options, 0)})
+    if axes >= 2:
+        default["gpu/x"] = block[0]
+    knobs = [k for info in infos for k in info.knobs()] + launch
+    return TuningSpace(tuple(knobs), default, launch_fits())
 
 
 @dataclass

@@ -164,15 +164,18 @@ def _fork_is_safe() -> bool:
     # A process with an OpenMP runtime loaded may hold (or have inherited from the
     # process it was forked from) a thread pool whose threads a fork does not copy: a
     # child's next parallel region then waits for them forever (a polycomp kernel called
-    # in a forked child after one ran in the parent hung 2 times in 10).
+    # in a forked child after one ran in the parent hung 2 times in 10). A CUDA context
+    # does not survive a fork either: the child's first CUDA call fails.
     return (hasattr(os, "fork") and threading.active_count() == 1
             and not multiprocessing.current_process().daemon and not _openmp_loaded())
 
 
-OPENMP_RUNTIMES = ("libgomp", "libomp", "libiomp")
+# runtimes whose threads or device contexts a forked child cannot use
+OPENMP_RUNTIMES = ("libgomp", "libomp", "libiomp", "libcuda.so", "libcudart")
 
 
 def _openmp_loaded() -> bool:
+    """Whether an OpenMP or CUDA runtime is mapped into this process."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             return any(name in line for line in f for name in OPENMP_RUNTIMES)
@@ -353,3 +356,36 @@ def time_callable(call: Callable[[], Any], budget: float = 0.2, min_repeats: int
         elapsed = time.perf_counter() - start
         best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
     return best
+
+
+def device_call(kernel: Any, args: Sequence[Any]) -> Callable[[], Any] | None:
+    """A call of ``kernel``'s device entry on ``args`` staged on the device once (its
+    outputs and temporaries allocated there), for timing a GPU target without the host
+    entry's copies and allocations; None when the target has no device entry or no
+    array library can hold the arrays (cuda: CuPy, else PyTorch; cuda-emulated: numpy)."""
+    from polycomp.targets import get_target  # noqa: PLC0415 - the compiler, lazily
+
+    target = kernel.options.target
+    if not hasattr(get_target(target), "load_device"):
+        return None
+    if target == "cuda-emulated":
+        put = np.ascontiguousarray
+        empty = lambda shape, dtype: np.empty(shape, dtype)  # noqa: E731
+    else:
+        try:
+            import cupy  # noqa: PLC0415
+            put, empty = cupy.asarray, lambda shape, dtype: cupy.empty(shape, dtype)  # noqa: E731
+        except ImportError:
+            try:
+                import torch  # noqa: PLC0415
+            except ImportError:
+                return None
+            put = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()  # noqa: E731
+            empty = lambda shape, dtype: torch.empty(  # noqa: E731
+                shape, dtype=getattr(torch, dtype), device="cuda")
+    staged = [put(a) if isinstance(a, np.ndarray) else a for a in args]
+    layout = kernel.device_layout(*staged)
+    buffers = {name: empty(shape, dtype) for name, (shape, dtype, _) in layout.items()}
+    return kernel.device_runner(
+        *staged, out={n: b for n, b in buffers.items() if layout[n][2] == "out"},
+        work={n: b for n, b in buffers.items() if layout[n][2] == "work"})

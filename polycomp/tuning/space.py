@@ -15,7 +15,10 @@ Knob names, per band ``b`` (``band_id``: its statements' names and its position)
 ``b/tile<m>`` the tile size of member m (powers of two and divisors of the extent,
 within the extent: ``tile_candidates``), ``b/unroll`` the unroll-and-jam factor,
 ``b/simd`` the member made the vector loop (-1: the model's choice), ``b/l2`` a second
-level of tiles (0/1). A configuration is a plain dict from knob name to value.
+level of tiles (0/1). The GPU targets' kernel bands have tile knobs only (along a
+thread member the block's extent in elements), and the program the launch knobs
+``gpu/threads``, ``gpu/x`` and ``gpu/grid`` (``launch_knobs``). A configuration is a
+plain dict from knob name to value.
 
 Invalid points are pruned through a caller's ``prune(config) -> bool`` (True: keep),
 e.g. a tile footprint over a cache level, or too few tiles for the threads
@@ -107,6 +110,9 @@ class BandInfo:
     l2            whether a second level of tiles may be tried
     limits        per member: the largest tile size worth trying (None: the extent)
     parallel      members whose tile loop may be parallel (for min_parallel_tiles)
+    members       the members with a tile knob (None: every loop member); a GPU
+                  kernel band's thread and sequential members
+    floors        per member: the smallest tile size worth trying (None: 1)
     """
 
     id: str
@@ -117,14 +123,19 @@ class BandInfo:
     l2: bool = True
     limits: tuple[int | None, ...] | None = None
     parallel: tuple[int, ...] = ()
+    members: tuple[int, ...] | None = None
+    floors: tuple[int, ...] | None = None
 
     def knobs(self) -> list[Knob]:
         out = []
         for m, extent in enumerate(self.extents):
-            if extent == 1:
-                continue  # no loop: nothing to tile
+            if extent == 1 or (self.members is not None and m not in self.members):
+                continue  # no loop (nothing to tile), or a size the mapping fixes
             limit = self.limits[m] if self.limits is not None else None
-            out.append(Knob(f"{self.id}/tile{m}", tile_candidates(extent, limit), "tile"))
+            values = tile_candidates(extent, limit)
+            if self.floors is not None:
+                values = tuple(v for v in values if v >= self.floors[m]) or values[-1:]
+            out.append(Knob(f"{self.id}/tile{m}", values, "tile"))
         if self.unroll and len(set(self.unroll)) > 1:
             out.append(Knob(f"{self.id}/unroll", tuple(self.unroll), "unroll"))
         if self.simd_members:
@@ -321,6 +332,34 @@ class Featurizer:  # a picklable callable: config -> feature row
                 row += [math.log2(bytes_ / c) for c in self.caches]
             out.append(np.asarray(row))
         return np.concatenate(out)
+
+
+# the GPU launch knobs' candidates: threads per block, threads along x, most blocks
+# along x (a grid smaller than the tiles makes each block run several in turn)
+GPU_THREADS = (64, 128, 256, 512, 1024)
+GPU_X = (8, 16, 32, 64, 128)
+GPU_GRID = (64, 256, 1024, 4096)
+# a GPU kernel band's tile sizes: at most this many elements along a member (a block
+# tile, or the sequential tile its shared buffers hold), at least GPU_TILE_MIN
+GPU_TILE_LIMIT = 128
+GPU_TILE_MIN = 4
+
+
+def launch_knobs(axes: int, block: Sequence[int], grid_x: int) -> list[Knob]:
+    """The GPU launch knobs of a program whose kernels use up to ``axes`` thread axes,
+    with the default ``block`` shape and most blocks along x ``grid_x`` among them."""
+    out = [Knob("gpu/threads", (*GPU_THREADS, math.prod(block)), "tile")]
+    if axes >= 2:
+        out.append(Knob("gpu/x", (*GPU_X, block[0]), "tile"))
+    out.append(Knob("gpu/grid", (*GPU_GRID, grid_x), "tile"))
+    return out
+
+
+class launch_fits:  # noqa: N801 - used like a function: a picklable prune rule
+    """A prune rule: no more threads along x than in the block."""
+
+    def __call__(self, config: Mapping[str, int]) -> bool:
+        return config.get("gpu/x", 0) <= config.get("gpu/threads", 1 << 30)
 
 
 class min_parallel_tiles:  # noqa: N801 - used like a function: a picklable prune rule
