@@ -63,6 +63,7 @@ from polycomp.ir import Program
 from polycomp.options import Options
 from polycomp.scheduler import gpu_mapping as G
 from polycomp.scheduler import gpu_reduction as R
+from polycomp.scheduler import gpu_rows as GR
 from polycomp.scheduler import tree as T
 
 from .ast import build_ast, expression_builder, loop_iterator
@@ -248,6 +249,7 @@ class CudaPrinter(ReductionPrinting, PromotionPrinting, CPrinter):
         self.scratch = [a for a in program.arrays if a.role == "scratch"]
         self.kernels: list[str] = []
         self.in_kernel = False
+        self.rows = False  # inside a rows region: statements outside thread loops in thread 0
         self.axes: dict[int, tuple[str, int]] = {}
         self.written = {s.write.get_tuple_name(isl.dim_type.out) for s in program.statements}
         # the device copy of each array argument, and of each scratch array
@@ -515,6 +517,8 @@ class CudaPrinter(ReductionPrinting, PromotionPrinting, CPrinter):
             return self._promotion_mark(name, inner) if self.in_kernel else self.emit(inner)
         if R.parse_mark(name) is not None:
             return self._reduce_mark(name, inner) if self.in_kernel else self.emit(inner)
+        if name == GR.MARK_ROWS:
+            return self._rows_mark(inner) if self.in_kernel else self.emit(inner)
         if self.in_kernel and name in (T.MARK_BLOCK, T.MARK_THREAD) and depth \
                 and int(depth) in self.axes:
             if inner.get_type() == node_type.block:  # a block reduction's peeled loop
@@ -525,6 +529,22 @@ class CudaPrinter(ReductionPrinting, PromotionPrinting, CPrinter):
         if name in (T.MARK_KERNEL, T.MARK_BLOCK, T.MARK_THREAD):
             return self.emit(inner)  # not mapped here: a sequential loop
         return super()._mark(node)
+
+    def _rows_mark(self, inner: isl.AstNode) -> c.Generable:
+        """A ``rows`` region (scheduler/gpu_rows.py): its sequence's children, each
+        followed by a barrier; a statement outside the thread loops runs in thread 0
+        (``_reduced_user``)."""
+        saved = self.rows
+        self.rows = True
+        try:
+            parts = (U.to_list(inner.block_get_children())
+                     if inner.get_type() == node_type.block else [inner])
+            body: list[c.Generable] = []
+            for part in parts:
+                body += [self.emit(part), c.Line("__syncthreads();")]
+        finally:
+            self.rows = saved
+        return c.Block(body)
 
     def _user(self, call: isl.AstExpr) -> c.Generable:
         return self._reduced_user(self._plain_user(call))
@@ -622,6 +642,9 @@ def scan_kernel(nodes: list[isl.AstNode]) -> _Kernel:
                 # thread 0 (codegen/cuda_reduction.py): as if inside the loop
                 around = around | _thread_depths(node.mark_get_node())
                 reducing = True
+            if name == GR.MARK_ROWS:
+                # a rows region's statements outside its thread loops run in thread 0
+                around = around | _thread_depths(node.mark_get_node())
             if name in (T.MARK_BLOCK, T.MARK_THREAD) and depth:
                 d = int(depth)
                 inner = node.mark_get_node()

@@ -102,12 +102,14 @@ class ReductionPrinting:
     partials: dict[str, tuple[str, Statement]]
     reductions: int = 0  # regions printed (names)
     reduce_threaded: bool = False  # inside a mapped thread loop
+    rows: bool = False  # inside a rows region (codegen/cuda.py), which runs them alike
 
     def _reduced_user(self, printed: c.Generable) -> c.Generable:
         """A statement of a reduce region that isl printed outside its thread loop (an
         initialisation at j = 0, peeled) runs in thread 0 only (gpu_reduction checked
-        that it may run in any thread, before the block's first barrier)."""
-        if self.reducing is None or self.reduce_threaded:
+        that it may run in any thread, before the block's first barrier); so does a
+        statement of a rows region outside its thread loops (scheduler/gpu_rows.py)."""
+        if (self.reducing is None and not self.rows) or self.reduce_threaded:
             return printed
         return c.If("threadIdx.x == 0", printed)
 

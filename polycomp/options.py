@@ -100,8 +100,10 @@ class Options:
                 (scheduler/gpu_promotion.py); False prints every access to global memory.
     gpu_block_reduction  GPU targets: share a long reduction loop out over a block's
                 threads (per-thread partials, a block reduction in shared memory) when
-                the other loops leave threads idle (scheduler/gpu_reduction.py); False:
-                a reduction stays in one thread.
+                the other loops leave threads idle (scheduler/gpu_reduction.py), and
+                run a fused row-wise chain (softmax, layernorm) a row per block, its
+                loops over the threads (scheduler/gpu_rows.py); False: a reduction
+                stays in one thread.
     cc, cflags  compiler and optimisation flags; None means $CC/$CFLAGS or the defaults.
     cache       reuse compiled libraries from the on-disk cache.
     """

@@ -63,6 +63,14 @@ on r under a ``reduce:S1`` mark: the threads accumulate partials of S1 along r, 
 block combines them (codegen/cuda_reduction.py). ``check_mapping`` checks such a thread
 loop with gpu_reduction.reduction_relaxes instead of ``mappable``.
 
+Row blocks (scheduler/gpu_rows.py, the same option), tried before that: a band whose
+loop members are all mappable above a sequence of a row's loops (softmax, layernorm)
+becomes block marks on its members, a ``rows`` mark above the sequence and a thread
+mark (with a reduce mark for a reduction) above each child's loop; codegen puts a
+barrier after each child. ``check_mapping`` checks the rows marks (gpu_rows.check_rows)
+and refuses a thread loop around only some of its kernel's statements when a dependence
+joins them to the others outside a rows mark (no barrier would order them).
+
 Block and grid sizes: ``Options.gpu_block`` (threads per block along x, y, z; its length
 is how many members may go to threads; at most 1024 threads in all) and
 ``Options.gpu_grid`` (the most blocks along x, y, z; its length is how many members may
@@ -96,6 +104,7 @@ from polycomp.options import GRID_AXIS_LIMITS, Options
 
 from . import cache_model as CM
 from . import gpu_reduction as R
+from . import gpu_rows as GR
 from . import tree as T
 from .dependences import Dependences
 from .tiling import (BandTiling, BandView, band_extents, is_permutable, observe, policy_for,
@@ -269,6 +278,9 @@ class _Mapper:
         else a single-thread kernel. First: a block reduction (gpu_reduction) when the
         band's parallelism is small and a reduction loop is long."""
         if self.options.gpu_block_reduction:
+            rows = self.row_blocks(node)
+            if rows is not None:
+                return _kernel(rows)
             reduced = self.block_reduction(node)
             if reduced is not None:
                 return _kernel(reduced)
@@ -301,6 +313,21 @@ class _Mapper:
         prefix = T.outer_schedule(node, host)
         return [k for k in range(host, node.band_n_member())
                 if T.is_loop_member(node, k) and mappable(node, k, prefix, self.relation)]
+
+    # ------------------------------------------------------------------ row blocks
+    def row_blocks(self, node: isl.ScheduleNode) -> isl.ScheduleNode | None:
+        """The band at ``node`` as row blocks (scheduler/gpu_rows.py: its members to
+        blocks, a ``rows`` mark above the sequence below, each child's loop to threads),
+        or None when that does not apply."""
+        n = node.band_n_member()
+        if n > grid_axes(self.options):
+            return None
+        plan = GR.plan_rows(node, self.program, self.deps, self.mappable_members(node, 0))
+        if plan is None:
+            return None
+        top = _mark_leading(node, n, T.MARK_BLOCK)
+        rows = GR.insert_rows(_below_marks_and_bands(top, n), plan)
+        return _top(rows, top)
 
     # ------------------------------------------------------------------ block reductions
     def block_reduction(self, node: isl.ScheduleNode) -> isl.ScheduleNode | None:
@@ -522,7 +549,10 @@ def check_mapping(schedule: isl.Schedule, deps: Dependences,
         if not T.is_mark(node, T.MARK_KERNEL):
             continue
         prefix = node.get_prefix_schedule_union_map()
+        kernel_domain = node.get_domain()
         for inner in T.subtree(node):
+            if T.is_mark(inner, GR.MARK_ROWS):
+                GR.check_rows(inner)
             if not (T.is_mark(inner, T.MARK_BLOCK) or T.is_mark(inner, T.MARK_THREAD)):
                 continue
             name = inner.mark_get_id().get_name()
@@ -550,12 +580,34 @@ def check_mapping(schedule: isl.Schedule, deps: Dependences,
                     f"kernel", hint="only a loop along which every dependence inside the "
                                     "kernel has distance 0 can be shared out over blocks "
                                     "or threads")
+            if name == T.MARK_THREAD and not GR.under_rows(inner, node) and \
+                    _crosses(band.get_domain(), kernel_domain, prefix, relation):
+                raise IllegalScheduleError(
+                    "a loop marked 'thread' shares its iterations out while statements of "
+                    "its kernel outside it depend on them (or they on those)",
+                    hint="map a loop around every statement of the kernel, or put a "
+                         f"'{GR.MARK_ROWS}' mark above the sequence of thread loops (a "
+                         "barrier between its children)")
     for node in T.nodes(schedule):
         if (T.is_mark(node, T.MARK_BLOCK) or T.is_mark(node, T.MARK_THREAD)) and \
                 not _inside_kernel(node):
             raise IllegalScheduleError(f"mark '{node.mark_get_id().get_name()}' is outside "
                                        f"any 'kernel' mark",
                                        hint="put a 'kernel' mark above the mapped loops")
+
+
+def _crosses(inside: isl.UnionSet, kernel: isl.UnionSet, prefix: isl.UnionMap,
+             relation: isl.UnionMap) -> bool:
+    """Whether a dependence of ``relation`` joins an instance in ``inside`` with one of
+    the kernel outside it, both in one iteration of the host loops (threads of a loop
+    around only some of the kernel's statements would need a barrier for it)."""
+    outside = kernel.subtract(inside)
+    if outside.is_empty():
+        return False
+    same_host = prefix.apply_range(prefix.reverse())
+    local = relation.intersect(same_host)
+    return not (local.intersect_domain(inside).intersect_range(outside).is_empty()
+                and local.intersect_domain(outside).intersect_range(inside).is_empty())
 
 
 def _reduced_above(node: isl.ScheduleNode, kernel: isl.ScheduleNode) -> frozenset[str] | None:

@@ -64,6 +64,7 @@ from . import gpu_reduction as RED
 from . import tree as T
 from .dependences import Dependences
 from .gpu_mapping import block_shape
+from .gpu_rows import MARK_ROWS
 
 MARK_SHARED = "shared"
 MARK_PRIVATE = "private"
@@ -134,8 +135,10 @@ def promote(schedule: isl.Schedule, program: Program, deps: Dependences,
            threads_above: bool) -> isl.ScheduleNode:
         start = _depth(node)  # a mark inserted here leaves the node one level deeper
         if T.is_mark(node, T.MARK_KERNEL):
-            # a kernel whose tree has promotion marks already (a user's) is kept as it is
-            kernel = None if _has_promotion_mark(node) else node
+            # a kernel whose tree has promotion marks already (a user's) is kept as it is;
+            # so are row blocks (scheduler/gpu_rows.py), whose thread loops are siblings
+            kernel = None if _has_promotion_mark(node) or any(
+                T.is_mark(n, MARK_ROWS) for n in T.subtree(node)) else node
         if kernel is not None and T.is_mark(node, T.MARK_THREAD):
             if not threads_above:
                 node = _insert(node, _choose_shared(node, kernel, program, gathered, used,

@@ -43,10 +43,10 @@ initialisation at j = 0 before the loop, and codegen runs what is outside the th
 loop in thread 0), and the element R updates is a function of the block loops (one
 combine per block iteration).
 
-Not built: a reduction member in a band below the mapped ones (softmax's and
-layernorm's row loops: band [n] over a sequence of d loops, where a block per row would
-need barriers between the d loops and the row's maxima and sums broadcast to the
-threads), two reduction members, thread axes beside the reduction's, warp shuffles.
+Softmax's and layernorm's rows (a band [n] over a sequence of d loops, the reductions
+among them) are scheduler/gpu_rows.py's row blocks, which put this module's reduce marks
+on the sequence's reduction loops. Not built: two reduction members, thread axes beside
+the reduction's, warp shuffles.
 """
 
 from __future__ import annotations

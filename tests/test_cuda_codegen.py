@@ -46,6 +46,12 @@ OPERATORS = {
     "softmax": (CORPUS["softmax"][0], lambda r: [f32(r, 6, 33)], CORPUS["softmax"][2]),
     "layernorm": (CORPUS["layernorm"][0], lambda r: [f32(r, 5, 20), f32(r, 20), f32(r, 20), 1e-5],
                   CORPUS["layernorm"][2]),
+    # rows long enough for row blocks (scheduler/gpu_rows.py): a block per row, its loops
+    # over the threads, barriers between them; layernorm's rows longer than a block
+    "softmax_rows": (CORPUS["softmax"][0], lambda r: [f32(r, 5, 70)], CORPUS["softmax"][2]),
+    "layernorm_rows": (CORPUS["layernorm"][0],
+                       lambda r: [f32(r, 3, 300), f32(r, 300), f32(r, 300), 1e-5],
+                       CORPUS["layernorm"][2]),
     "row_sum": ("def rowsum(float(M, N) A) -> (s) { s(i) +=! A(i, j) }",
                 lambda r: [f32(r, 13, 40)], lambda a: a.sum(1)),
     "stencil": ("""
