@@ -39,10 +39,15 @@ Method, per kernel:
    live search would have measured, without paying for it again: every search sees the
    same noise); --live measures each search's configurations afresh instead.
 3. Re-measurement: the sweep's ten fastest points, the default and every search's best
-   are compiled in this process and timed in interleaved rounds (each turn waits for
-   the previous kernel's threads to settle, makes one untimed call, then one timed
-   call), 10 rounds, the minimum counting. The ground truth is the fastest of the top
-   ten and the default; every ratio below compares re-measured times.
+   three are compiled in this process and timed in interleaved rounds (each turn waits
+   for the previous kernel's threads to settle, makes one untimed call, then one timed
+   call), 20 rounds. The odd rounds are the tuner's confirmation (polycomp.tune's
+   item-3 rule, api.CONFIRM_TOP and CONFIRM_MARGIN): each search's declared winner is
+   the fastest of its best three there, if it beats the default by more than the
+   margin, else the default. The even rounds score: the ground truth is the fastest of
+   the top ten and the default, and every ratio below compares those times (minimum
+   over the even rounds), so no pick is scored by the timings that chose it. The
+   searches' own bests, unconfirmed, are reported beside them.
 
 No record is read or written (the searches run outside polycomp.tune, and its records
 are never opened): the user's tuning records are untouched. Writes tuning.md,
@@ -63,6 +68,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# polycomp.tune's confirmation: how many of a search's best are re-measured beside the
+# default, and by how much one must beat it
+from polycomp.tuning.api import CONFIRM_MARGIN, CONFIRM_TOP
+
 KERNEL_DIR = Path(__file__).resolve().parent / "polybench" / "kernels"
 
 # the restricted space (module doc)
@@ -74,7 +83,7 @@ QUICK_MEMBERS = 2
 WITHIN = 0.10  # the sampler's best, over the ground truth's, at most 1 + WITHIN
 NOISE = 0.02  # tuned over default above 1 + NOISE counts as slower
 TOP = 10  # the sweep's fastest points re-measured
-ROUNDS = 10  # interleaved rounds of the re-measurement
+ROUNDS = 20  # interleaved rounds of the re-measurement (half confirm, half score)
 TIME_BUDGET = 0.2  # seconds of timed calls per sweep measurement (as polycomp.tune)
 TIMEOUT = 120.0  # seconds per measurement before its child is killed
 
@@ -271,20 +280,26 @@ class KernelRun:
     points: int = 0
     table: dict[Key, Any] = field(default_factory=dict)  # key -> Outcome of the sweep
     sweep_s: float = math.nan
-    picks: dict[str, list[Key]] = field(default_factory=dict)  # search -> best per seed
+    # search -> per seed: its declared winner (confirmed), its own best, its best three
+    picks: dict[str, list[Key]] = field(default_factory=dict)
+    raw: dict[str, list[Key]] = field(default_factory=dict)
+    tops: dict[str, list[list[Key]]] = field(default_factory=dict)
     curves: dict[str, list[list[float]]] = field(default_factory=dict)
     top: list[Key] = field(default_factory=list)
-    times: dict[Key, float] = field(default_factory=dict)  # re-measured
+    times: dict[Key, float] = field(default_factory=dict)  # re-measured: scoring rounds
+    confirm_times: dict[Key, float] = field(default_factory=dict)  # confirming rounds
     summary: Summary | None = None
+    raw_summary: Summary | None = None  # the same criteria on the unconfirmed picks
     error: str = ""
 
     @property
     def default(self) -> Key:
         return self.restricted.space.key(self.restricted.space.default)
 
-    def mean_ratio(self, search: str) -> float:
-        """The mean over seeds of ``search``'s best, re-measured, over the ground truth."""
-        picks = self.picks[search]
+    def mean_ratio(self, search: str, raw: bool = False) -> float:
+        """The mean over seeds of ``search``'s declared winner (``raw``: its own best),
+        re-measured, over the ground truth."""
+        picks = (self.raw if raw else self.picks)[search]
         return sum(self.times[k] for k in picks) / len(picks) / self.summary.ground_truth
 
     def sweep_time(self, key: Key) -> float | None:
@@ -333,7 +348,7 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
     live = _Bar(len(args.seeds) * 2 * sum(args.budgets), f"{case.name}: live searches") \
         if args.live else None
     for name, (search, budget) in searches.items():
-        run.picks[name], run.curves[name] = [], []
+        run.raw[name], run.tops[name], run.curves[name] = [], [], []
         for seed in args.seeds:
             if live is not None:
                 with measurer(live) as measure:
@@ -348,7 +363,9 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
                                 seed=seed).run()
             if result.best_config is None:
                 raise RuntimeError(f"{case.name}: the {name} search found nothing valid")
-            run.picks[name].append(space.key(result.best_config))
+            run.raw[name].append(space.key(result.best_config))
+            fastest = sorted((t for t in result.trials if t.ok), key=lambda t: t.time)
+            run.tops[name].append([space.key(t.config) for t in fastest[:CONFIRM_TOP]])
             run.curves[name].append(list(result.curve))
     if live is not None:
         live.close()
@@ -357,12 +374,25 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
                    key=lambda k: run.sweep_time(k))
     run.top = valid[:args.top]
     keys = list(dict.fromkeys([*run.top, run.default,
-                               *(k for picks in run.picks.values() for k in picks)]))
-    run.times = remeasure(prepared, restricted, keys, args.rounds, case.name)
-    run.summary = summarize(run.times, [*run.top, run.default], run.default,
-                            run.picks[f"sampler@{args.budget}"],
-                            run.picks[f"random@{2 * args.budget}"])
+                               *(k for tops in run.tops.values() for t in tops for k in t)]))
+    rounds = remeasure(prepared, restricted, keys, args.rounds, case.name)
+    run.confirm_times = {k: min(v[0::2]) for k, v in rounds.items()}
+    run.times = {k: min(v[1::2] or v) for k, v in rounds.items()}
+    run.picks = {name: [confirmed_pick(t, run.default, run.confirm_times) for t in tops]
+                 for name, tops in run.tops.items()}
+    for attr, picks in (("summary", run.picks), ("raw_summary", run.raw)):
+        setattr(run, attr, summarize(run.times, [*run.top, run.default], run.default,
+                                     picks[f"sampler@{args.budget}"],
+                                     picks[f"random@{2 * args.budget}"]))
     return run
+
+
+def confirmed_pick(top: Sequence[Key], default: Key, times: Mapping[Key, float]) -> Key:
+    """polycomp.tune's declared winner (api.confirm_result): the fastest of a search's
+    best few re-measured beside the default, if faster than the default by more than
+    CONFIRM_MARGIN, else the default (a tie keeps the analytical choice)."""
+    best = min(top, key=lambda k: times[k], default=default)
+    return best if times[best] < (1.0 - CONFIRM_MARGIN) * times[default] else default
 
 
 def save_sweep(runs: list[KernelRun], path: Path) -> None:
@@ -396,8 +426,8 @@ def load_sweep(path: Path, name: str, sizes: Mapping[str, int], space) -> \
 
 
 def remeasure(prepared, restricted: Restricted, keys: list[Key], rounds: int,
-              label: str) -> dict[Key, float]:  # noqa: ANN001 - api.Prepared
-    """Minimum seconds per configuration over interleaved rounds (module doc), in this
+              label: str) -> dict[Key, list[float]]:  # noqa: ANN001 - api.Prepared
+    """Seconds per configuration in each of the interleaved rounds (module doc), in this
     process (the sweep's children are gone: their times are not comparable across the
     fork, turn for turn, as these are)."""
     from .operators.__main__ import settle
@@ -411,7 +441,7 @@ def remeasure(prepared, restricted: Restricted, keys: list[Key], rounds: int,
         kernel.specialize(prepared.spec.sizes)
         calls[key] = (lambda k=kernel: k(*args))
         bar.update()
-    best = {key: math.inf for key in keys}
+    seen: dict[Key, list[float]] = {key: [] for key in keys}
     for r in range(rounds):
         order = keys[r % len(keys):] + keys[:r % len(keys)]  # no fixed first or last turn
         for key in order:
@@ -419,10 +449,10 @@ def remeasure(prepared, restricted: Restricted, keys: list[Key], rounds: int,
             calls[key]()
             start = time.perf_counter()
             calls[key]()
-            best[key] = min(best[key], time.perf_counter() - start)
+            seen[key].append(time.perf_counter() - start)
         bar.update()
     bar.close()
-    return best
+    return seen
 
 
 # ----------------------------------------------------------------------------- output
@@ -457,8 +487,10 @@ def header(args: argparse.Namespace) -> list[str]:
         f"{', '.join(map(str, args.seeds))}; "
         + ("measured live" if args.live else "replaying the sweep's measurements"),
         f"- ground truth: the sweep's top {args.top} and the default re-measured with every "
-        f"search's best in {args.rounds} interleaved rounds (minimum); ratios are re-measured "
-        "times over the ground truth's",
+        f"search's best {CONFIRM_TOP} in {args.rounds} interleaved rounds; each search's "
+        "declared winner is polycomp.tune's (the fastest of its best "
+        f"{CONFIRM_TOP} in the odd rounds, if over {CONFIRM_MARGIN:.0%} faster than the "
+        "default); ratios are times in the even rounds (minimum) over the ground truth's",
         f"- criteria: sampler mean ratio <= {1 + WITHIN:.2f}; sampler mean <= random mean; "
         f"tuned / default <= {1 + NOISE:.2f} for every seed",
         *(["- --quick: microsecond kernels and 3 rounds, so the criteria are noise here; "
@@ -494,9 +526,23 @@ def markdown(runs: list[KernelRun], args: argparse.Namespace) -> str:
             f"{max(s.tuned_vs_default):.3f}",
             yes[s.within], yes[s.beats_random], yes[s.never_slower]]) + " |")
     lines.append("")
-    lines.append("Each search column: the mean over seeds of its best's re-measured time over "
-                 "the ground truth's; the criteria compare sampler@"
+    lines.append("Each search column: the mean over seeds of its declared winner's re-measured "
+                 "time over the ground truth's; the criteria compare sampler@"
                  f"{args.budget} with random@{2 * args.budget}.")
+    lines.append("")
+    lines.append("The searches' own bests, unconfirmed (the same criteria):")
+    lines.append("")
+    lines.append(f"| kernel | sampler@{args.budget} (mean / worst) | random@{2 * args.budget} "
+                 "| within 10 % | beats random | never slower |")
+    lines.append("|---|---|---|---|---|---|")
+    for run in runs:
+        r = run.raw_summary
+        if r is None:
+            continue
+        yes = {True: "yes", False: "**no**"}
+        lines.append(f"| {run.case.name} | {r.sampler_mean:.3f} / {max(r.sampler):.3f} | "
+                     f"{r.random_mean:.3f} | {yes[r.within]} | {yes[r.beats_random]} | "
+                     f"{yes[r.never_slower]} |")
     lines.append("")
     lines.append("Searched knobs per kernel (main band; the default's value included):")
     lines.append("")
@@ -531,6 +577,8 @@ def write_csv(runs: list[KernelRun], args: argparse.Namespace, path: Path) -> No
             for name in run.picks:
                 for seed, key, curve in zip(args.seeds, run.picks[name], run.curves[name]):
                     row(name, seed, key, curve)
+                for seed, key in zip(args.seeds, run.raw[name]):
+                    row(f"{name} own best", seed, key)
 
 
 def _g(x: float | None) -> str:
