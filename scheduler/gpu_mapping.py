@@ -107,8 +107,8 @@ from . import gpu_reduction as R
 from . import gpu_rows as GR
 from . import tree as T
 from .dependences import Dependences
-from .tiling import (BandTiling, BandView, band_extents, is_permutable, observe, policy_for,
-                     replace_band, tile_band)
+from .tiling import (BandTiling, BandView, band_extents, is_permutable, observe,
+                     observe_bands, policy_for, replace_band, tile_band)
 
 # blocks along x, y, z (polycomp/options.py checks Options.gpu_block and gpu_grid
 # against CUDA's limits)
@@ -172,17 +172,27 @@ def map_to_gpu(schedule: isl.Schedule, program: Program, deps: Dependences,
     mapping of isl's schedule (``outer_parallel``), and the cheaper one is taken."""
     if has_gpu_marks(schedule):
         return schedule
-    mapped = _Mapper(program, deps, options).host(schedule.get_root()).get_schedule()
-    if options.scheduler != "pluto" or program.params:
-        return mapped  # the user's choice of scheduler; no sizes to count launches by
-    cost = mapping_cost(mapped)
-    if cost <= LAUNCH_MICROSECONDS * count_kernels(mapped):
-        return mapped  # one launch per kernel and no serial work: nothing to gain
-    other = outer_parallel(program, deps, options)
-    if other is None:
-        return mapped
-    alternative = _Mapper(program, deps, options).host(other.get_root()).get_schedule()
-    return alternative if mapping_cost(alternative) < CHOICE_MARGIN * cost else mapped
+    mapped, seen = _mapped(schedule, program, deps, options)
+    if options.scheduler == "pluto" and not program.params:
+        cost = mapping_cost(mapped)
+        # more than one launch per kernel, or serial work: isl's tree may do better
+        other = (outer_parallel(program, deps, options)
+                 if cost > LAUNCH_MICROSECONDS * count_kernels(mapped) else None)
+        if other is not None:
+            alternative, also = _mapped(other, program, deps, options)
+            if mapping_cost(alternative) < CHOICE_MARGIN * cost:
+                mapped, seen = alternative, also
+    for band in seen:  # the kernel bands of the tree taken, for observe_bands
+        observe(band)
+    return mapped
+
+
+def _mapped(schedule: isl.Schedule, program: Program, deps: Dependences,
+            options: Options) -> tuple[isl.Schedule, list]:
+    """The mapping of ``schedule`` and the kernel bands it reported."""
+    with observe_bands() as seen:
+        mapped = _Mapper(program, deps, options).host(schedule.get_root()).get_schedule()
+    return mapped, list(seen)
 
 
 # the cost of a mapping (mapping_cost), in microseconds: a launch, and a statement

@@ -88,3 +88,15 @@ def test_the_chosen_mapping_computes_what_the_program_does(size):
             assert re.findall(r"for \(long (c\d+) = ", host_part(kernel.source)) == ["c0"]
     (a1, b1), (a2, b2) = results
     assert np.array_equal(a1, a2) and np.array_equal(b1, b2)
+
+
+def test_the_tuning_space_has_the_bands_of_the_tree_taken():
+    from polycomp.tuning.api import space_of
+
+    kernel = polycomp.compile_loops(JACOBI_2D, target="cuda-emulated", sizes=SIZES)
+    space, infos = space_of(kernel, sizes=SIZES)
+    # the two kernels of isl's tree, not also the one of pluto's skewed tree
+    assert len(infos) == kernel_marks(kernel.schedule) == 2
+    default = polycomp.compile_loops(JACOBI_2D, target="cuda-emulated", sizes=SIZES,
+                                     band_config=space.default)
+    assert default.source.split("\n", 1)[1] == kernel.source.split("\n", 1)[1]
