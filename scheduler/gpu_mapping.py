@@ -516,7 +516,7 @@ def _mark_leading(node: isl.ScheduleNode, count: int, mark: str) -> isl.Schedule
         node = node.insert_mark(isl.Id(mark)).child(0)
         if k < count - 1:
             node = node.child(0)
-    return _ancestor(node, _depth(node) - top_depth)
+    return T.ancestor(node, _depth(node) - top_depth)
 
 
 def _below_marks_and_bands(node: isl.ScheduleNode, bands: int) -> isl.ScheduleNode:
@@ -525,24 +525,16 @@ def _below_marks_and_bands(node: isl.ScheduleNode, bands: int) -> isl.ScheduleNo
         if T.is_band(node):
             bands -= 1
         node = node.child(0)
-    while T.is_mark(node):
-        node = node.child(0)
-    return node
+    return T.below_marks(node)
 
 
 def _depth(node: isl.ScheduleNode) -> int:
     return node.get_tree_depth()
 
 
-def _ancestor(node: isl.ScheduleNode, generations: int) -> isl.ScheduleNode:
-    for _ in range(generations):
-        node = node.parent()
-    return node
-
-
 def _top(node: isl.ScheduleNode, top: isl.ScheduleNode) -> isl.ScheduleNode:
     """The ancestor of ``node`` at the tree depth of ``top``."""
-    return _ancestor(node, _depth(node) - _depth(top))
+    return T.ancestor(node, _depth(node) - _depth(top))
 
 
 # ----------------------------------------------------------------------------- the check

@@ -145,18 +145,18 @@ def promote(schedule: isl.Schedule, program: Program, deps: Dependences,
                                                     options),
                                MARK_SHARED)
                 node = node.child(0)  # the thread mark again
-            band = _below_marks(node)
+            band = T.below_marks(node)
             if T.is_band(band) and not _has_thread_mark(band) and band.n_children():
                 inner = band.child(0)
                 chosen = _choose_private(inner, kernel, program, gathered)
                 depth = _depth(node)
                 if chosen:
                     inner = _insert(inner, chosen, MARK_PRIVATE)
-                    node = _up(inner, _depth(inner) - depth)
+                    node = T.ancestor(inner, _depth(inner) - depth)
             threads_above = True
         for k in range(node.n_children()):
             node = go(node.child(k), kernel, threads_above).parent()
-        return _up(node, _depth(node) - start)
+        return T.ancestor(node, _depth(node) - start)
 
     return go(schedule.get_root(), None, False).get_schedule()
 
@@ -457,12 +457,6 @@ def _written(program: Program, domain: isl.UnionSet) -> set[str]:
             if s.name in names}
 
 
-def _below_marks(node: isl.ScheduleNode) -> isl.ScheduleNode:
-    while T.is_mark(node):
-        node = node.child(0)
-    return node
-
-
 def _has_thread_mark(node: isl.ScheduleNode) -> bool:
     return any(T.is_mark(n, T.MARK_THREAD) for n in T.subtree(node))
 
@@ -501,7 +495,7 @@ def _mapped_depths(node: isl.ScheduleNode, kernel: isl.ScheduleNode) -> list[int
     while node.has_parent() and _depth(node) > stop:
         node = node.parent()
         if T.is_mark(node, T.MARK_THREAD) or T.is_mark(node, T.MARK_BLOCK):
-            band = _below_marks(node)
+            band = T.below_marks(node)
             if T.is_band(band):
                 depths += range(band.get_schedule_depth(),
                                 band.get_schedule_depth() + band.band_n_member())
@@ -514,19 +508,13 @@ def _deepest_thread_depth(node: isl.ScheduleNode) -> int | None:
         if T.is_mark(node, T.MARK_KERNEL):
             return None
         if T.is_mark(node, T.MARK_THREAD):
-            band = _below_marks(node)
+            band = T.below_marks(node)
             return band.get_schedule_depth() if T.is_band(band) else None
     return None
 
 
 def _depth(node: isl.ScheduleNode) -> int:
     return node.get_tree_depth()
-
-
-def _up(node: isl.ScheduleNode, generations: int) -> isl.ScheduleNode:
-    for _ in range(generations):
-        node = node.parent()
-    return node
 
 
 __all__ = ["promote", "plan_at", "parse_mark", "footprint_box", "private_box", "Box",

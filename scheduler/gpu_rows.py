@@ -77,19 +77,13 @@ MARK_ROWS = "rows"
 MIN_ROW = 32
 
 
-def _below_marks(node: isl.ScheduleNode) -> isl.ScheduleNode:
-    while T.is_mark(node):
-        node = node.child(0)
-    return node
-
-
 def _is_leaf(node: isl.ScheduleNode) -> bool:
-    return _below_marks(node).get_type() == isl.schedule_node_type.leaf
+    return T.below_marks(node).get_type() == isl.schedule_node_type.leaf
 
 
 def _sequence_children(node: isl.ScheduleNode) -> list[isl.ScheduleNode] | None:
     """The children of the sequence at ``node`` (marks skipped): each filter's child."""
-    node = _below_marks(node)
+    node = T.below_marks(node)
     if node.get_type() != isl.schedule_node_type.sequence:
         return None
     return [node.child(k).child(0) for k in range(node.n_children())]
@@ -115,7 +109,7 @@ def plan_rows(node: isl.ScheduleNode, program: Program, deps: Dependences,
     plan: list[tuple[int, frozenset[str] | None]] = []
     longest = 0
     for k, child in enumerate(children):
-        inner = _below_marks(child)
+        inner = T.below_marks(child)
         if inner.get_type() == isl.schedule_node_type.leaf:
             continue  # a statement of the row: thread 0
         if not T.is_band(inner) or inner.band_n_member() != 1 or not inner.n_children() \
@@ -142,10 +136,10 @@ def insert_rows(top: isl.ScheduleNode,
                 plan: list[tuple[int, frozenset[str] | None]]) -> isl.ScheduleNode:
     """The ``rows`` mark above the sequence at ``top`` (marks skipped) and the thread
     (and reduce) marks of ``plan`` above its children's bands; returns the rows mark."""
-    sequence = _below_marks(top)
+    sequence = T.below_marks(top)
     depth = sequence.get_tree_depth()
     for k, names in plan:
-        band = _below_marks(sequence.child(k).child(0))
+        band = T.below_marks(sequence.child(k).child(0))
         band = band.insert_mark(isl.Id(T.MARK_THREAD))
         if names is not None:
             band = band.insert_mark(isl.Id(R.mark_name(names)))

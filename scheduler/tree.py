@@ -51,6 +51,20 @@ def is_mark(node: isl.ScheduleNode, name: str | None = None) -> bool:
             and (name is None or node.mark_get_id().get_name() == name))
 
 
+def below_marks(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """The first node at or below ``node`` that is no mark (marks have one child)."""
+    while is_mark(node):
+        node = node.child(0)
+    return node
+
+
+def ancestor(node: isl.ScheduleNode, generations: int) -> isl.ScheduleNode:
+    """The node ``generations`` levels above ``node``."""
+    for _ in range(generations):
+        node = node.parent()
+    return node
+
+
 def member_union_map(node: isl.ScheduleNode, k: int) -> isl.UnionMap:
     """Member ``k`` of a band as a union map from statement instances to [value]."""
     upa = node.band_get_partial_schedule().get_at(k)
