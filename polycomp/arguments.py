@@ -59,12 +59,20 @@ class BoundArguments:
     write_back: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
-def bind(kernel_name: str, interface: Interface, args: Sequence[object]) -> BoundArguments:
+def check_count(kernel_name: str, interface: Interface, args: Sequence[object],
+                where: str = "") -> None:
+    """ArgumentError unless ``args`` has one value per input of ``interface``; ``where``
+    says which part of a call they are (" before out=" for on_device)."""
     inputs = interface.inputs
     if len(args) != len(inputs):
         names = ", ".join(a.name for a in inputs)
-        raise ArgumentError(f"kernel '{kernel_name}' takes {len(inputs)} argument(s) ({names}), "
-                            f"got {len(args)}")
+        raise ArgumentError(f"kernel '{kernel_name}' takes {len(inputs)} argument(s) ({names})"
+                            f"{where}, got {len(args)}")
+
+
+def bind(kernel_name: str, interface: Interface, args: Sequence[object]) -> BoundArguments:
+    inputs = interface.inputs
+    check_count(kernel_name, interface, args)
     bound = BoundArguments()
     origin: dict[str, str] = {}
     tensors: list[tuple[TensorArg, np.ndarray]] = []

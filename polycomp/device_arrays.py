@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arguments import BoundArguments, _bind_size, _scalar, check_dims
+from .arguments import BoundArguments, _bind_size, _scalar, check_count, check_dims
 from .errors import ArgumentError
 from .ir import Interface, TensorArg
 
@@ -118,10 +118,7 @@ def bind_device(kernel_name: str, interface: Interface, args: Sequence[object],
     """The sizes and scalars of ``args`` (in ``bound``), and the checked device arrays
     of its tensors by name."""
     inputs = interface.inputs
-    if len(args) != len(inputs):
-        names = ", ".join(a.name for a in inputs)
-        raise ArgumentError(f"kernel '{kernel_name}' takes {len(inputs)} argument(s) ({names}) "
-                            f"before out=, got {len(args)}")
+    check_count(kernel_name, interface, args, " before out=")
     bound = BoundArguments()
     origin: dict[str, str] = {}
     arrays: dict[str, DeviceArray] = {}

@@ -392,9 +392,7 @@ class Kernel:
         bound = arguments.BoundArguments()
         origin: dict[str, str] = {}
         tensors = []
-        if len(args) != len(self.interface.inputs):
-            raise ArgumentError(f"kernel '{self.name}' takes {len(self.interface.inputs)} "
-                                f"argument(s), got {len(args)}")
+        arguments.check_count(self.name, self.interface, args)
         for spec, value in zip(self.interface.inputs, args):
             if isinstance(spec, TensorArg):
                 tensors.append((spec, tuple(int(n) for n in getattr(value, "shape", ()))))
