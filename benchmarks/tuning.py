@@ -39,9 +39,13 @@ Method, per kernel:
    live search would have measured, without paying for it again: every search sees the
    same noise); --live measures each search's configurations afresh instead.
 3. Re-measurement: the sweep's ten fastest points, the default and every search's best
-   three are compiled in this process and timed in interleaved rounds (each turn waits
-   for the previous kernel's threads to settle, makes one untimed call, then one timed
-   call), 20 rounds. The odd rounds are the tuner's confirmation (polycomp.tune's
+   three are compiled in this process and timed in interleaved rounds, 20 rounds. Each
+   turn waits for the previous kernel's threads to settle, makes one untimed call, then
+   times calls for as long as a turn of polycomp.tune's confirmation lasts (2 x the
+   time budget / api.CONFIRM_ROUNDS, at least one call) and keeps their minimum. One
+   call per turn, as this benchmark timed until stop 24, scored sub-millisecond kernels
+   on eight threads by their thread wake-up: the odd and even rounds of one run ranked
+   conv3x3's points differently by up to 20 %. The odd rounds are the tuner's confirmation (polycomp.tune's
    item-3 rule, api.CONFIRM_TOP and CONFIRM_MARGIN): each search's declared winner is
    the fastest of its best three there, if it beats the default by more than the
    margin, else the default. The even rounds score: the ground truth is the fastest of
@@ -70,7 +74,7 @@ from typing import Any
 
 # polycomp.tune's confirmation: how many of a search's best are re-measured beside the
 # default, and by how much one must beat it
-from polycomp.tuning.api import CONFIRM_MARGIN, CONFIRM_TOP
+from polycomp.tuning.api import CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_TOP
 
 KERNEL_DIR = Path(__file__).resolve().parent / "polybench" / "kernels"
 
@@ -375,7 +379,8 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
     run.top = valid[:args.top]
     keys = list(dict.fromkeys([*run.top, run.default,
                                *(k for tops in run.tops.values() for t in tops for k in t)]))
-    rounds = remeasure(prepared, restricted, keys, args.rounds, case.name)
+    rounds = remeasure(prepared, restricted, keys, args.rounds, case.name,
+                       args.time_budget)
     run.confirm_times = {k: min(v[0::2]) for k, v in rounds.items()}
     run.times = {k: min(v[1::2] or v) for k, v in rounds.items()}
     run.picks = {name: [confirmed_pick(t, run.default, run.confirm_times) for t in tops]
@@ -426,11 +431,15 @@ def load_sweep(path: Path, name: str, sizes: Mapping[str, int], space) -> \
 
 
 def remeasure(prepared, restricted: Restricted, keys: list[Key], rounds: int,
-              label: str) -> dict[Key, list[float]]:  # noqa: ANN001 - api.Prepared
-    """Seconds per configuration in each of the interleaved rounds (module doc), in this
-    process (the sweep's children are gone: their times are not comparable across the
-    fork, turn for turn, as these are)."""
+              label: str, time_budget: float) -> dict[Key, list[float]]:  # noqa: ANN001
+    """Seconds per configuration (``prepared``: an api.Prepared) in each of the
+    interleaved rounds (module doc), in this process (the sweep's children are gone:
+    their times are not comparable across the fork, turn for turn, as these are)."""
+    from polycomp.tuning.measure import time_callable
+
     from .operators.__main__ import settle
+
+    turn = 2 * time_budget / CONFIRM_ROUNDS
 
     space = restricted.space
     bar = _Bar(len(keys) + rounds, f"{label}: re-measure")
@@ -446,10 +455,7 @@ def remeasure(prepared, restricted: Restricted, keys: list[Key], rounds: int,
         order = keys[r % len(keys):] + keys[:r % len(keys)]  # no fixed first or last turn
         for key in order:
             settle()
-            calls[key]()
-            start = time.perf_counter()
-            calls[key]()
-            seen[key].append(time.perf_counter() - start)
+            seen[key].append(time_callable(calls[key], budget=turn, min_repeats=1))
         bar.update()
     bar.close()
     return seen
@@ -487,7 +493,8 @@ def header(args: argparse.Namespace) -> list[str]:
         f"{', '.join(map(str, args.seeds))}; "
         + ("measured live" if args.live else "replaying the sweep's measurements"),
         f"- ground truth: the sweep's top {args.top} and the default re-measured with every "
-        f"search's best {CONFIRM_TOP} in {args.rounds} interleaved rounds; each search's "
+        f"search's best {CONFIRM_TOP} in {args.rounds} interleaved rounds (a turn: the "
+        f"minimum over {2 * args.time_budget / CONFIRM_ROUNDS:.2g} s of calls); each search's "
         "declared winner is polycomp.tune's (the fastest of its best "
         f"{CONFIRM_TOP} in the odd rounds, if over {CONFIRM_MARGIN:.0%} faster than the "
         "default); ratios are times in the even rounds (minimum) over the ground truth's",
