@@ -180,6 +180,38 @@ def test_reused_temporaries_are_not_shared_by_concurrent_calls():
         assert np.array_equal(results[k], np.full(n, k, np.float32)), k
 
 
+MM2 = """def mm2(float(M, K) A, float(K, N) B, float(N, L) C) -> (D) {
+    T(m, n) +=! A(m, k) * B(k, n)
+    D(m, l) +=! T(m, n) * C(n, l)
+}"""
+
+
+@pytest.mark.needs_cc
+def test_two_kernels_of_one_program_can_share_their_temporaries():
+    """The tuner times two configurations on the same temporaries: calls of either
+    reuse the one set, and each still computes its own result."""
+    from polycomp.runtime import Kernel
+
+    first = polycomp.compile(MM2, tuning="none")
+    second = Kernel(first.definition, first.options.with_(tile=False))
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.integers(-3, 4, size=s).astype(np.float32) for s in ((4, 5), (5, 6), (6, 7)))
+    sizes = {"M": 4, "K": 5, "N": 6, "L": 7}
+    want = a @ b @ c  # small integers: exact in float32 in any order
+    np.testing.assert_array_equal(first(a, b, c), want)
+    assert first._plan(sizes).temporaries == (("T", (4, 6), "float32"),)
+    assert second.share_temporaries(first, sizes)
+    for _ in range(3):
+        np.testing.assert_array_equal(second(a, b, c), want)
+        np.testing.assert_array_equal(first(a, b, c), want)
+    buffers = first._plan(sizes).spare_temporaries
+    assert second._plan(sizes).spare_temporaries is buffers and len(buffers) == 1
+    # other temporaries (by name here): each keeps its own
+    renamed = polycomp.compile(MM2.replace("T(", "U("), tuning="none")
+    assert not second.share_temporaries(renamed, sizes)
+    assert second._plan(sizes).spare_temporaries is buffers
+
+
 @pytest.mark.needs_cc
 def test_outputs_are_zeroed_only_where_the_kernel_leaves_elements_unwritten():
     """An output written whole (and never read before written) is allocated without

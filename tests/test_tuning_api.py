@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -132,6 +133,53 @@ def test_every_sampled_configuration_compiles_legally_and_matches_the_default():
         got = start.copy()
         polycomp.compile_program(program, sizes=sizes, tuning="none", band_config=config)(6, got)
         np.testing.assert_array_equal(got, want, err_msg=str(config))
+
+
+# ----------------------------------------------------------------------------- timing
+
+def _scripted_timing(monkeypatch, speed):
+    """Kernels that 'take' 2 ms (the default, band_config {}) or 1 ms (any other
+    configuration) times ``speed['factor']`` (the machine's speed now), with no clock:
+    time_callable returns what the call says."""
+    def fake_timed_call(kernel, args):
+        own = 2e-3 if not kernel.options.band_config else 1e-3
+        return lambda: own * speed["factor"]
+    monkeypatch.setattr(api, "timed_call", fake_timed_call)
+    monkeypatch.setattr(api, "time_callable", lambda call, **_: call())
+
+
+def test_a_trial_is_timed_beside_the_default_and_counts_relative_to_it(monkeypatch):
+    prepared = api.prepare(MATMUL, sizes=SMALL, time_budget=0.001)
+    assert prepared.spec.baseline_seconds is not None and prepared.spec.baseline_seconds > 0
+    assert api.prepare(MATMUL, sizes=SMALL, time_budget=0.001,
+                       paired=False).spec.baseline_seconds is None
+    speed = {"factor": 7.0}  # the child runs 7x slower than the tuner's process did
+    _scripted_timing(monkeypatch, speed)
+    config = next(prepared.space.neighbours(prepared.space.default))
+    paired = replace(prepared.spec, baseline_seconds=4e-3)
+    seconds, outputs = measure_trial(config, paired)
+    # half the default's time, in the tuner's process's seconds, whatever the child's speed
+    assert seconds == pytest.approx(2e-3)
+    np.testing.assert_allclose(outputs[0], prepared.reference[0], rtol=1e-4, atol=1e-5)
+    unpaired, _ = measure_trial(config, replace(paired, baseline_seconds=None))
+    assert unpaired == pytest.approx(7e-3)  # its own seconds, drift and all
+
+
+def test_interleaved_turns_rotate_and_keep_each_calls_minimum(monkeypatch):
+    monkeypatch.setattr(api, "time_callable", lambda call, **_: call())
+    order = []
+
+    def call(name, own):
+        def run():
+            order.append(name)
+            # the machine's speed changes with the round: odd rounds twice as slow
+            return own * (1.0 + (len(order) - 1) // 3 % 2)
+        return run
+
+    best = api.interleaved_minimums([call("a", 3.0), call("b", 1.0), call("c", 2.0)],
+                                    rounds=4, turn=0.1)
+    assert best == [3.0, 1.0, 2.0]
+    assert [order[3 * r] for r in range(4)] == ["a", "b", "c", "a"]
 
 
 # ----------------------------------------------------------------------------- tune

@@ -7,7 +7,9 @@ L2 tiles per band, the analytical choice as default). The Sampler (sampler.py) t
 proposes configurations, and each is measured by ``measure_trial`` in a child process
 (measure.py): compiled with ``Options.band_config`` set to it (the tiling pass's
 ConfiguredPolicy; the pipeline's check_schedule refuses anything illegal), run on fixed
-random inputs, checked against the default's outputs, timed by ``time_callable``. Every
+random inputs, checked against the default's outputs, and timed in interleaved turns
+beside the default (``TrialSpec.baseline_seconds``): its time is its seconds over the
+default's in the same child, times the default's seconds in the tuner's process. Every
 trial goes to the records (records.py), keyed by the lowered program's signature and
 sizes (and the options, when not the defaults: ``record_signature``); the best record
 at these sizes and the nearest at other sizes seed the search.
@@ -29,7 +31,7 @@ import os
 import sqlite3
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,8 @@ TIME_BUDGET = 0.2
 CONFIRM_TOP = 3
 CONFIRM_ROUNDS = 5
 CONFIRM_MARGIN = 0.01
+# a trial timed beside the default (measure_trial): turns of each in this many rounds
+PAIR_ROUNDS = 4
 # relative tolerance of the output check by element type (reductions reorder with the
 # tile sizes: float results differ in their last bits); the absolute one is this times
 # the largest magnitude of the reference
@@ -94,6 +98,10 @@ class TrialSpec:
     inputs: tuple | None = None  # the caller's arguments; None: random ones from seed
     seed: int = 0
     time_budget: float = TIME_BUDGET
+    # the default's seconds in the tuner's own process (prepare): when set, a trial is
+    # timed beside the default in its child and reports its share of these seconds
+    # (measure_trial); None: its own seconds
+    baseline_seconds: float | None = None
 
     def kernel(self, config: Mapping[str, int]) -> Kernel:
         options = Options.create(**self.options, band_config=dict(config), tuning="none")
@@ -149,15 +157,33 @@ def run_outputs(kernel: Kernel, args: Sequence[Any]) -> tuple[np.ndarray, ...]:
 
 
 def measure_trial(config: Mapping[str, int], spec: TrialSpec) -> tuple[float, tuple]:
-    """Compile, check and time one configuration (in a measuring child): the seconds of
-    the fastest call and the outputs of the first one. The compile and the C compiler
-    run before any timing; the first call is the warm-up."""
+    """Compile, check and time one configuration (in a measuring child): its seconds and
+    the outputs of its first call. The compile and the C compiler run before any timing;
+    the first call is the warm-up.
+
+    Without ``spec.baseline_seconds`` the seconds are the fastest call's. With them, the
+    configuration and the default (band_config {}, built by prepare: a cache hit) take
+    turns over PAIR_ROUNDS rounds (interleaved_minimums), and the seconds are the
+    configuration's minimum over the default's, times ``baseline_seconds``; the two
+    share their temporaries (Kernel.share_temporaries), so that where those lie is no
+    difference between them. On a shared machine the speed drifts by 5 to 10 % over
+    seconds, and one child runs slower than the next: two children measuring the same
+    conv3x3 differed by up to 11 %, more than the tile choices near the best differ by,
+    while its ratio to the default in the same child varied by 2 % at most
+    (benchmarks/tuning_noise.py)."""
     kernel = spec.kernel(config)
     args = spec.arguments()
     kernel.specialize(spec.sizes)
     outputs = run_outputs(kernel, args)
-    seconds = time_callable(timed_call(kernel, args), budget=spec.time_budget, warmup=0)
-    return seconds, outputs
+    call = timed_call(kernel, args)
+    if spec.baseline_seconds is None:
+        return time_callable(call, budget=spec.time_budget, warmup=0), outputs
+    default = spec.kernel({})
+    default.specialize(spec.sizes)
+    default.share_temporaries(kernel, spec.sizes)
+    seconds, default_seconds = interleaved_minimums(
+        [call, timed_call(default, args)], PAIR_ROUNDS, spec.time_budget / PAIR_ROUNDS)
+    return seconds / default_seconds * spec.baseline_seconds, outputs
 
 
 def timed_call(kernel: Kernel, args: Sequence[Any]) -> Any:
@@ -178,16 +204,28 @@ def confirm_candidates(spec: TrialSpec, configs: Sequence[Mapping[str, int]],
     takes a turn (the order rotating, so none is always first or last) of an untimed
     call and timed calls for a share of the time budget; the minimum over the rounds
     counts. Turns of the candidates interleave, so a drift of the machine's speed
-    touches them all alike, which one measurement after another does not."""
+    touches them all alike, which one measurement after another does not; and they
+    share their temporaries (Kernel.share_temporaries)."""
     rounds = CONFIRM_ROUNDS if rounds is None else rounds
     args = spec.arguments()
-    calls = []
+    calls, first = [], None
     for config in configs:
         kernel = spec.kernel(config)
         kernel.specialize(spec.sizes)
+        if first is None:
+            first = kernel
+        else:
+            kernel.share_temporaries(first, spec.sizes)
         calls.append(timed_call(kernel, args))
+    # each configuration gets about 2 budgets
+    return interleaved_minimums(calls, rounds, spec.time_budget / rounds * 2)
+
+
+def interleaved_minimums(calls: Sequence[Any], rounds: int, turn: float) -> list[float]:
+    """The fastest call of each of ``calls`` over ``rounds`` rounds, in which each takes
+    a turn (the order rotating) of an untimed call and timed calls for ``turn`` seconds
+    (at least one)."""
     best = [math.inf] * len(calls)
-    turn = spec.time_budget / rounds * 2  # each configuration gets about 2 budgets
     for r in range(rounds):
         for i in [(r + j) % len(calls) for j in range(len(calls))]:
             best[i] = min(best[i], time_callable(calls[i], budget=turn, min_repeats=1))
@@ -399,17 +437,23 @@ class Prepared:
 def prepare(source_or_kernel: object, sizes: Mapping[str, int] | None = None, *,
             entry: str | None = None, inputs: Sequence[Any] | None = None, seed: int = 0,
             time_budget: float = TIME_BUDGET, rtol: float | None = None,
-            atol: float | None = None, function: str = "tune",
+            atol: float | None = None, function: str = "tune", paired: bool = True,
             **options: object) -> Prepared:
     """The first half of ``tune``: the kernel compiled and built with the analytical
     choice while the tiling pass reports its bands, their TuningSpace, and the reference
-    outputs (for callers that run their own search, e.g. benchmarks/tuning.py)."""
+    outputs (for callers that run their own search, e.g. benchmarks/tuning.py); with
+    ``paired``, the default timed here too, so that every trial is timed beside it
+    (TrialSpec.baseline_seconds)."""
     target = _target(source_or_kernel, sizes, inputs, entry, options, function)
     # the default's outputs are the reference every trial is checked against: computed
     # here, by the compiler's own (analytical) choice
     spec, default_kernel, bands = _explore(target, seed, time_budget, build=True)
     space, infos = _space_from(bands, target.options)
-    reference = run_outputs(default_kernel, spec.arguments())
+    args = spec.arguments()
+    reference = run_outputs(default_kernel, args)
+    if paired:
+        spec = replace(spec, baseline_seconds=time_callable(
+            timed_call(default_kernel, args), budget=time_budget))
     r, a = _tolerance(reference)
     featurize = Featurizer(space, infos, BandFootprints(bands),
                            caches=tuple(CM.cache_sizes()[level] for level in (1, 2)))
@@ -424,7 +468,7 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
          patience: int | None = None,
          rtol: float | None = None, atol: float | None = None,
          measure: Any = None, search: str = "model", progress: Any = None,
-         confirm: bool = True, **options: object) -> TuneResult:
+         confirm: bool = True, paired: bool = True, **options: object) -> TuneResult:
     """Search the tiling configurations of a kernel at ``sizes`` (module doc).
 
     source_or_kernel  a TC source (``entry`` picks the def), a Kernel (compile_loops'
@@ -435,7 +479,10 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
     executor          any concurrent.futures.Executor (default: one local worker)
     records           a path or a Records (default: the cache directory's); False: none
     timeout           seconds per trial (compile, build, check, time) before it is killed
-    time_budget       seconds of timed calls per trial (the minimum counts)
+    time_budget       seconds of timed calls per trial (the minimum counts); with
+                      ``paired``, the trial and the default each get that long
+    paired            time each trial in turns beside the default in its child, and
+                      count its time relative to the default's (measure_trial)
     rtol, atol        the output check (default: by element type)
     measure           a top-level ``fn(config, spec)`` replacing measure_trial
     search            "model" (the model-guided Sampler) or "random" (RandomSearch, the
@@ -456,7 +503,8 @@ def tune(source_or_kernel: object, sizes: Mapping[str, int] | None = None, trial
         raise ArgumentError(f"tune: search must be one of {', '.join(SEARCHES)}, "
                             f"not {search!r}", hint="search='model' (the default)")
     prepared = prepare(source_or_kernel, sizes, entry=entry, inputs=inputs, seed=seed,
-                       time_budget=time_budget, rtol=rtol, atol=atol, **options)
+                       time_budget=time_budget, rtol=rtol, atol=atol, paired=paired,
+                       **options)
     spec, space = prepared.spec, prepared.space
 
     db = _records(prepared.options.records if records is None else records)
