@@ -20,18 +20,26 @@ Kernels (float32 TC, float64 PolyBench C; default sizes, --quick much smaller on
 
 The restricted space (so that an exhaustive sweep takes minutes per kernel): only the
 tile sizes of the main band (the tiled band with the most iterations) are searched, for
-its three longest members, each among the powers of two 8 to 128 within its extent plus
-the default's own value; every other knob (the other members' tiles, unroll-and-jam,
-the SIMD member, L2 tiles, the other bands) stays at the default. At most 6 x 6 x 6 =
-216 points; the parallel-tiles prune of polycomp.tune applies as in a real search.
+its three longest members, each among the powers of two 4 to 256 within its extent plus
+the default's own value (--values sets the powers); every other knob (the other members'
+tiles, unroll-and-jam, the SIMD member, L2 tiles, the other bands) stays at the
+default. At most 8 x 8 x 8 = 512 points; the parallel-tiles prune of polycomp.tune
+applies as in a real search. Until stop 25 the powers were 8 to 128 (--values
+8,16,32,64,128: at most 216 points), the region of the real space (which holds 1 to
+the extent) where most points are good: conv3x3 had 64 points, so random search with 32
+measurements saw half of them and met one of the four fastest with a chance of about
+94 %, and the two searches could only tie, up to the re-measurement's noise.
 --quick: the two longest members among 8 and 16 (at most 9 points), tiny sizes.
 
 Method, per kernel:
 
-1. Sweep (saved as tuning-sweep.json; --sweep FILE replays a saved one): every point of the restricted space measured once as polycomp.tune measures
-   a trial (polycomp.tuning.measure_trial in a child process: compiled with
-   Options.band_config, checked against the default's outputs, timed by time_callable:
-   the minimum over 0.2 s of calls), through a one-worker pool (no overlapping timings).
+1. Sweep (saved as tuning-sweep.json; --sweep FILE replays a saved one): every point of
+   the restricted space measured once as polycomp.tune measures a trial
+   (polycomp.tuning.measure_trial in a child process: compiled with
+   Options.band_config, checked against the default's outputs, then timed in turns
+   beside the default: its minimum over 0.2 s of calls over the default's, times the
+   default's seconds in this process; --unpaired: its own minimum, as until stop 25),
+   through a one-worker pool (no overlapping timings).
 2. Searches: for each seed, the Sampler and RandomSearch, each with --budget, twice and
    four times as many measurements (the criteria compare the sampler at --budget with
    random search at twice it), over the restricted space. By default they replay the sweep's
@@ -39,7 +47,8 @@ Method, per kernel:
    live search would have measured, without paying for it again: every search sees the
    same noise); --live measures each search's configurations afresh instead.
 3. Re-measurement: the sweep's ten fastest points, the default and every search's best
-   three are compiled in this process and timed in interleaved rounds, 20 rounds. Each
+   three are compiled in this process (sharing one set of temporaries, as the tuner's
+   confirmation does) and timed in interleaved rounds, 20 rounds. Each
    turn waits for the previous kernel's threads to settle, makes one untimed call, then
    times calls for as long as a turn of polycomp.tune's confirmation lasts (2 x the
    time budget / api.CONFIRM_ROUNDS, at least one call) and keeps their minimum. One
@@ -79,7 +88,7 @@ from polycomp.tuning.api import CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_TOP
 KERNEL_DIR = Path(__file__).resolve().parent / "polybench" / "kernels"
 
 # the restricted space (module doc)
-TILE_VALUES = (8, 16, 32, 64, 128)
+TILE_VALUES = (4, 8, 16, 32, 64, 128, 256)
 MEMBERS = 3
 QUICK_TILE_VALUES = (8, 16)
 QUICK_MEMBERS = 2
@@ -317,10 +326,10 @@ def run_kernel(case: Case, args: argparse.Namespace, pool) -> KernelRun:  # noqa
 
     source, sizes = case.build(args.quick)
     run = KernelRun(case, sizes)
-    prepared = prepare(source, sizes, seed=0, time_budget=args.time_budget, function="tuning")
+    prepared = prepare(source, sizes, seed=0, time_budget=args.time_budget, function="tuning",
+                       paired=not args.unpaired)
     restricted = restrict(prepared.space, prepared.infos,
-                          QUICK_MEMBERS if args.quick else MEMBERS,
-                          QUICK_TILE_VALUES if args.quick else TILE_VALUES)
+                          QUICK_MEMBERS if args.quick else MEMBERS, args.values)
     run.restricted = restricted
     space = restricted.space
     points = list(space.points())
@@ -448,6 +457,9 @@ def remeasure(prepared, restricted: Restricted, keys: list[Key], rounds: int,
     for key in keys:
         kernel = prepared.spec.kernel(restricted.complete(space.from_key(key)))
         kernel.specialize(prepared.spec.sizes)
+        # one set of temporaries for all, as polycomp.tune's confirmation does: where
+        # a buffer lies is then no difference between the points
+        kernel.share_temporaries(prepared.kernel, prepared.spec.sizes)
         calls[key] = (lambda k=kernel: k(*args))
         bar.update()
     seen: dict[Key, list[float]] = {key: [] for key in keys}
@@ -476,8 +488,7 @@ def _knobs(run: KernelRun) -> str:
 def header(args: argparse.Namespace) -> list[str]:
     from .operators.__main__ import cpu_and_load
     cpu, load = cpu_and_load()
-    members, values = ((QUICK_MEMBERS, QUICK_TILE_VALUES) if args.quick
-                       else (MEMBERS, TILE_VALUES))
+    members, values = QUICK_MEMBERS if args.quick else MEMBERS, args.values
     return [
         "## Tile sampler against the ground truth and random search" +
         (" (--quick smoke run)" if args.quick else ""),
@@ -492,8 +503,14 @@ def header(args: argparse.Namespace) -> list[str]:
         f"{', '.join(map(str, args.budgets))} measurements, seeds "
         f"{', '.join(map(str, args.seeds))}; "
         + ("measured live" if args.live else "replaying the sweep's measurements"),
+        "- a measurement: " + ("its own minimum over "
+                               if args.unpaired else "timed in turns beside the default: "
+                               "its minimum over the default's, times the default's, over ")
+        + f"{args.time_budget:g} s of calls (in a child: polycomp.tuning.measure_trial)"
+        + ("" if args.sweep is None else f"; the sweep replayed from {args.sweep}"),
         f"- ground truth: the sweep's top {args.top} and the default re-measured with every "
-        f"search's best {CONFIRM_TOP} in {args.rounds} interleaved rounds (a turn: the "
+        f"search's best {CONFIRM_TOP} in {args.rounds} interleaved rounds, on shared "
+        f"temporaries (a turn: the "
         f"minimum over {2 * args.time_budget / CONFIRM_ROUNDS:.2g} s of calls); each search's "
         "declared winner is polycomp.tune's (the fastest of its best "
         f"{CONFIRM_TOP} in the odd rounds, if over {CONFIRM_MARGIN:.0%} faster than the "
@@ -674,6 +691,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay the sweep saved in this JSON file (written by every run "
                              "as tuning-sweep.json) for the kernels it holds at the same "
                              "sizes and space, instead of measuring it again")
+    parser.add_argument("--values", default=None,
+                        help="the tile sizes of the restricted space, comma-separated (default "
+                             f"{','.join(map(str, TILE_VALUES))}; "
+                             f"{','.join(map(str, QUICK_TILE_VALUES))} with --quick)")
+    parser.add_argument("--unpaired", action="store_true",
+                        help="time each sweep (or --live) measurement alone, not beside the "
+                             "default (polycomp.tune(paired=False); as until stop 25)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.kernels.split(",") if n.strip()]
@@ -682,6 +706,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown kernels {unknown}; known: {', '.join(CASES)}")
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    try:
+        args.values = (tuple(sorted({int(v) for v in args.values.split(",") if v.strip()}))
+                       if args.values else QUICK_TILE_VALUES if args.quick else TILE_VALUES)
+    except ValueError:
+        parser.error("--values: comma-separated integers, e.g. 8,16,32")
+    if not args.values or min(args.values) < 1:
+        parser.error("--values: positive tile sizes")
     args.budget = args.budget or (4 if args.quick else 16)
     args.top = args.top or (3 if args.quick else TOP)
     args.rounds = args.rounds or (3 if args.quick else ROUNDS)

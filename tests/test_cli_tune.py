@@ -162,8 +162,13 @@ def test_the_restriction_keeps_the_main_bands_longest_members():
     # the full space's prune applies through the restriction
     tight = TuningSpace.from_bands([small, main_band], default=default,
                                    prune=lambda c: c["S1@0/tile0"] <= 16)
-    kept = list(bench.restrict(tight, [small, main_band]).space.points())
+    kept = list(bench.restrict(tight, [small, main_band], values=(8, 16, 32, 64, 128))
+                .space.points())
     assert len(kept) == 2 * 4 * 3 + 1
+    # the default values: the powers of two from 4 to 256 (within the extents)
+    assert {k.name: k.values for k in bench.restrict(full, [small, main_band]).space.knobs} == {
+        "S1@0/tile0": (4, 8, 16, 32, 50, 64), "S1@0/tile2": (4, 8, 16, 32, 64),
+        "S1@0/tile3": (4, 8, 16, 32)}
     # past the prune's limit only the default itself, which is never pruned
     assert [p for p in kept if p["S1@0/tile0"] > 16] == [space.default]
 
