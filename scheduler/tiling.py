@@ -227,7 +227,9 @@ class TiledBand:
     tiling: BandTiling
     lanes: int
     vector_members: tuple[int, ...]  # members along which some reference has stride 1
-    parallel: tuple[int, ...]  # the member the parallel tile loop comes from (if any)
+    # the dependence-free members, in order: the parallel tile loop comes from the first
+    # one cut into several tiles
+    parallel: tuple[int, ...]
     references: tuple[CM.Reference, ...]
     tiled: bool = True  # False: the sizes held the whole band, which stayed as it was
     # a GPU kernel band (scheduler/gpu_mapping.py): the members whose tile a
@@ -283,11 +285,13 @@ class BandView:
 
     @functools.cached_property
     def parallel(self) -> tuple[int, ...]:
+        """The dependence-free loop members, in order: the parallel tile loop comes from
+        the first of them that the tile sizes cut into several tiles (the parallel pass
+        marks the first dependence-free loop, and a member one tile holds is no loop: a
+        conv's 4 blocks of output channels, one tile, leave the loop to its rows)."""
         if self.deps is None:
             return ()
-        first = next((m for m in self.loops if is_parallel_member(self.node, m, self.deps)),
-                     None)
-        return () if first is None else (first,)
+        return tuple(m for m in self.loops if is_parallel_member(self.node, m, self.deps))
 
     def summary(self, tiling: BandTiling, tiled: bool = True) -> TiledBand:
         return TiledBand(self.id, self.extents, tiling, self.lanes, self.vector_members,

@@ -135,6 +135,27 @@ def test_every_sampled_configuration_compiles_legally_and_matches_the_default():
         np.testing.assert_array_equal(got, want, err_msg=str(config))
 
 
+CONV3X3 = """def conv(float(N, C, H, W) I, float(F, C, KH, KW) Wt) -> (O) {
+    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw) where h in 0:56, w in 0:56
+}"""
+
+
+def test_a_blocked_convs_parallel_tiles_are_its_rows():
+    """The 64 output channels in 4 blocks of 16: one tile holds the 4 blocks, so the
+    parallel tile loop runs over the output rows, and the space counts its tiles there
+    (it counted the single tile of blocks: a prune and a feature that saw 1)."""
+    sizes = {"N": 1, "C": 64, "H": 58, "W": 58, "F": 64, "KH": 3, "KW": 3}
+    kernel = polycomp.compile(CONV3X3, sizes=sizes, tuning="none")
+    trips = [int(m) + 1 for m in re.findall(
+        r"#pragma omp parallel for\s*\n\s*for \(long c\d+ = 0; c\d+ <= (\d+);",
+        kernel.c_source)]
+    space, infos = space_of(CONV3X3, sizes=sizes)
+    (conv,) = [i for i in infos if i.extents[1] == 4 and 56 in i.extents]
+    assert conv.parallel[0] == 1 and space.default[f"{conv.id}/tile1"] == 4
+    rows = conv.parallel_tiles(space.default)
+    assert rows > 1 and rows in trips  # the loop the C's parallel for runs
+
+
 # ----------------------------------------------------------------------------- timing
 
 def _scripted_timing(monkeypatch, speed):

@@ -216,6 +216,21 @@ def test_prune_rules_refuse_too_few_parallel_tiles():
     assert max(sizes) == 16
 
 
+def test_the_parallel_loop_comes_from_the_first_member_cut_into_several_tiles():
+    """A dependence-free member one tile holds is no loop: the parallel pass marks the
+    next one (a blocked conv's 4 channel blocks, then its rows)."""
+    band = BandInfo("c", (4, 56, 56), parallel=(0, 1))
+    assert band.parallel_tiles({"c/tile0": 4, "c/tile1": 28, "c/tile2": 8}) == 2
+    assert band.parallel_tiles({"c/tile0": 2, "c/tile1": 28, "c/tile2": 8}) == 2
+    assert band.parallel_tiles({"c/tile0": 1, "c/tile1": 8, "c/tile2": 8}) == 4
+    assert band.parallel_tiles({"c/tile0": 4, "c/tile1": 8, "c/tile2": 8}) == 7
+    assert band.parallel_tiles({"c/tile0": 4, "c/tile1": 56, "c/tile2": 8}) == 1
+    assert BandInfo("s", (9, 9)).parallel_tiles({"s/tile0": 1}) == 1  # no parallel member
+    rule = min_parallel_tiles([band], threads=4)
+    assert not rule({"c/tile0": 4, "c/tile1": 28, "c/tile2": 8})
+    assert rule({"c/tile0": 4, "c/tile1": 14, "c/tile2": 56})
+
+
 def test_project_maps_a_record_from_other_sizes_into_the_space():
     space = synthetic_space()
     projected = space.project({f"{BAND}/tile0": 100, f"{BAND}/tile1": 1000, "other": 3})

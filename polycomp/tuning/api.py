@@ -290,8 +290,7 @@ def _space_from(bands: Sequence[TiledBand], options: Options
     if parallel:
         # never ask for more parallel tiles than the threads, nor than the default gives
         # (a small kernel has fewer tiles than a big machine has cores)
-        fewest = min(math.prod(-(-(i.extents[m] or 1) // max(1, default.get(f"{i.id}/tile{m}", 1)))
-                               for m in i.parallel) for i in parallel)
+        fewest = min(i.parallel_tiles(default) for i in parallel)
         threads = max(1, min(os.cpu_count() or 1, fewest))
         prune = min_parallel_tiles(parallel, threads)
     return TuningSpace.from_bands(infos, default=default, prune=prune), infos

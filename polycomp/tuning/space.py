@@ -109,7 +109,9 @@ class BandInfo:
     unroll        unroll-and-jam factors to try (empty: no unroll knob)
     l2            whether a second level of tiles may be tried
     limits        per member: the largest tile size worth trying (None: the extent)
-    parallel      members whose tile loop may be parallel (for min_parallel_tiles)
+    parallel      the dependence-free members, in order: the parallel tile loop comes
+                  from the first one a configuration cuts into several tiles
+                  (parallel_tiles)
     members       the members with a tile knob (None: every loop member); a GPU
                   kernel band's thread and sequential members
     floors        per member: the smallest tile size worth trying (None: 1)
@@ -125,6 +127,17 @@ class BandInfo:
     parallel: tuple[int, ...] = ()
     members: tuple[int, ...] | None = None
     floors: tuple[int, ...] | None = None
+
+    def parallel_tiles(self, config: Mapping[str, int]) -> int:
+        """The iterations of the parallel tile loop under ``config``: the tiles of the
+        first ``parallel`` member it cuts into several (the parallel pass marks the first
+        dependence-free tile loop, and a member one tile holds is no loop); 1 when none."""
+        for m in self.parallel:
+            extent = self.extents[m] or UNKNOWN_EXTENT
+            tiles = -(-extent // max(1, int(config.get(f"{self.id}/tile{m}", extent))))
+            if tiles > 1:
+                return tiles
+        return 1
 
     def knobs(self) -> list[Knob]:
         out = []
@@ -320,8 +333,7 @@ class Featurizer:  # a picklable callable: config -> feature row
             extents = [e or UNKNOWN_EXTENT for e in band.extents]
             tiles = [-(-e // max(1, t)) for e, t in zip(extents, sizes)]
             row = [math.log2(n) for n in tiles]
-            parallel = math.prod(tiles[m] for m in band.parallel) if band.parallel else 1
-            row.append(math.log2(parallel))
+            row.append(math.log2(band.parallel_tiles(config)))
             simd = int(config.get(f"{band.id}/simd", -1))
             member = simd if simd >= 0 else (band.simd_members[0] if band.simd_members
                                              else len(sizes) - 1)
@@ -363,25 +375,16 @@ class launch_fits:  # noqa: N801 - used like a function: a picklable prune rule
 
 
 class min_parallel_tiles:  # noqa: N801 - used like a function: a picklable prune rule
-    """A prune rule: each band's parallel members must leave at least ``threads``
-    tiles between them (threads with nothing to do waste the machine)."""
+    """A prune rule: each band's parallel tile loop must have at least ``threads``
+    iterations (BandInfo.parallel_tiles; threads with nothing to do waste the machine)."""
 
     def __init__(self, bands: Sequence[BandInfo], threads: int):
         self.bands = tuple(bands)
         self.threads = threads
 
     def __call__(self, config: Mapping[str, int]) -> bool:
-        for band in self.bands:
-            if not band.parallel:
-                continue
-            tiles = 1
-            for m in band.parallel:
-                extent = band.extents[m] or UNKNOWN_EXTENT
-                size = config.get(f"{band.id}/tile{m}", extent)
-                tiles *= -(-extent // max(1, size))
-            if tiles < self.threads:
-                return False
-        return True
+        return all(band.parallel_tiles(config) >= self.threads
+                   for band in self.bands if band.parallel)
 
 
 class all_of:  # noqa: N801 - a picklable conjunction of prune rules
