@@ -188,21 +188,27 @@ def _threads_now(requested: int) -> int:
 class call_threads:
     """``with call_threads():`` around a kernel call with parallel code: lowers this
     Python thread's OpenMP count for the call when the machine is busy
-    (threads_for_call, read at most every LOAD_CHECK_S), and restores it after."""
+    (threads_for_call, read at most every LOAD_CHECK_S), and restores it after.
+    ``call_threads(n)`` asks for ``n`` threads for the call instead of this Python
+    thread's count (an ONNX session's ``intra_op_num_threads``), lowered the same way."""
 
-    __slots__ = ("requested",)
+    __slots__ = ("threads", "restore")
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads
 
     def __enter__(self) -> None:
-        self.requested = 0
-        if not _dynamic:
+        self.restore = 0
+        if not _dynamic and self.threads is None:
             return
         gomp = _libgomp()
-        requested = int(gomp.omp_get_max_threads())
-        use = _threads_now(requested)
-        if use != requested:
+        current = int(gomp.omp_get_max_threads())
+        requested = self.threads if self.threads is not None else current
+        use = _threads_now(requested) if _dynamic else requested
+        if use != current:
             gomp.omp_set_num_threads(ctypes.c_int(use))
-            self.requested = requested
+            self.restore = current
 
     def __exit__(self, *exc: object) -> None:
-        if self.requested:
-            _libgomp().omp_set_num_threads(ctypes.c_int(self.requested))
+        if self.restore:
+            _libgomp().omp_set_num_threads(ctypes.c_int(self.restore))

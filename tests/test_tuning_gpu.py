@@ -120,3 +120,26 @@ def test_tune_searches_the_gpu_space_and_times_the_device_entry():
     assert hasattr(call, "arrays")
     openmp = polycomp.compile(MM)
     assert not hasattr(timed_call(openmp, [a, b]), "arrays")
+
+
+@pytest.mark.parametrize("installed,expected", [((), True), (("torch",), False),
+                                                (("cupy",), False)])
+def test_tuning_for_the_gpu_without_an_array_library_times_copies(monkeypatch, installed,
+                                                                   expected):
+    import importlib.util
+
+    from polycomp.tuning import measure
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name in installed else None)
+    assert measure.times_copies(polycomp.compile(MM, target="cuda")) is expected
+    # the emulated target stages its arrays with numpy; the CPU has no device entry
+    assert not measure.times_copies(polycomp.compile(MM, target="cuda-emulated"))
+    assert not measure.times_copies(polycomp.compile(MM))
+
+
+def test_tuning_that_times_copies_warns(monkeypatch):
+    from polycomp.tuning import api
+    from polycomp.tuning.measure import CopiesTimedWarning
+    monkeypatch.setattr(api, "times_copies", lambda kernel: True)
+    with pytest.warns(CopiesTimedWarning, match="copies"):
+        api.prepare(MM, SIZES, target="cuda-emulated", time_budget=0.01, paired=False)

@@ -113,11 +113,12 @@ class ModelLibrary:
             *[a.ctypes.data for a in arrays])
 
     # ------------------------------------------------------------------ running
-    def run(self, feeds: Mapping[str, np.ndarray],
-            timings: list[float] | None = None) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray], timings: list[float] | None = None,
+            threads: int | None = None) -> dict[str, np.ndarray]:
         """The graph outputs the run writes (by name) from the feeds (C-contiguous,
         of the dtypes the model declares: the session checked them). With ``timings``,
-        each kernel runs through its own call and its seconds are appended."""
+        each kernel runs through its own call and its seconds are appended. ``threads``:
+        the OpenMP threads of the run (None: the calling thread's count)."""
         if self._run is None:
             raise InternalError("the model library was not bound to its constants")
         feed_arrays = [feeds[name] for name in self.inputs]
@@ -130,7 +131,7 @@ class ModelLibrary:
             arena = aligned_empty((max(self.arena_bytes, 1),), "uint8")
         args = (ins, outs, self._constant_pointers, arena.ctypes.data)
         try:
-            with call_threads() if self.parallel else nullcontext():
+            with call_threads(threads) if self.parallel else nullcontext():
                 if timings is None:
                     status = self._run(*args)
                 else:

@@ -30,6 +30,7 @@ from polycomp.frontend.onnx.prepack import split_constant_work
 from polycomp.ir import Interface, Program, TensorArg
 from polycomp.onnx import model_cache
 from polycomp.onnx.library import ModelLibrary, link_model
+from polycomp.onnx.ort_options import check_run_options, session_settings
 from polycomp.compile_cache import CachedKernel
 from polycomp.options import Options
 from polycomp.runtime import Kernel
@@ -142,12 +143,16 @@ def group_kernel(step: GroupStep, options: Options) -> Kernel:
 class InferenceSession:
     """``onnxruntime.InferenceSession`` for polycomp: same constructor argument (a path or
     the model's bytes, or a ModelProto), same ``get_inputs``/``get_outputs``/``run``.
-    Keyword arguments are polycomp Options (scheduler, parallel, ...); onnxruntime's
-    ``sess_options`` and ``providers`` are accepted and ignored."""
+    Keyword arguments are polycomp Options (scheduler, parallel, ...). Of onnxruntime's
+    ``sess_options``, ``providers``, ``provider_options`` and ``run_options``, what
+    polycomp honours (the thread count, the CPU provider, terminate) is honoured and every
+    other changed setting warns (ort_options.py)."""
 
     def __init__(self, path_or_bytes: object, sess_options: object = None,
                  providers: object = None, provider_options: object = None,
                  **options: object):
+        self._settings = session_settings(sess_options, providers, provider_options)
+        self._sess_options = sess_options
         self.options = Options.create(**options)
         if self.options.target != "openmp":
             # the model's library links every group kernel with a C driver (library.py)
@@ -205,8 +210,13 @@ class InferenceSession:
     def get_providers(self) -> list[str]:
         return ["PolycompExecutionProvider"]
 
+    def get_session_options(self) -> object:
+        """The ``sess_options`` the session was made with (None when none was given)."""
+        return self._sess_options
+
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, object],
             run_options: object = None) -> list[np.ndarray]:
+        check_run_options(run_options)
         feeds = self._check_feed(input_feed)
         if isinstance(output_names, (str, bytes)) or not (
                 output_names is None or isinstance(output_names, Sequence)):
@@ -219,7 +229,7 @@ class InferenceSession:
                 raise ArgumentError(f"{name!r} is not an output of the model",
                                     hint="outputs: " + ", ".join(sorted(known)))
         compiled = self._compile({k: v.shape for k, v in feeds.items()}, feeds)
-        env = execute(compiled, feeds)
+        env = execute(compiled, feeds, threads=self._settings.threads)
         return [from_storage(env[name], self._formats.get(name, 0)) for name in wanted]
 
     # ------------------------------------------------------------------ polycomp extras
@@ -246,7 +256,7 @@ class InferenceSession:
         best: list[float] | None = None
         for _ in range(max(1, repeat)):
             times: list[float] = []
-            execute(compiled, feeds, times)
+            execute(compiled, feeds, times, threads=self._settings.threads)
             best = times if best is None else [min(a, b) for a, b in zip(best, times)]
         seconds = dict(zip(compiled.library.step_names, best or []))
         out = []
@@ -434,11 +444,13 @@ def _typed_outputs(model) -> list:
 
 
 def execute(compiled: CompiledModel, feeds: Mapping[str, np.ndarray],
-            timings: list[float] | None = None) -> dict[str, np.ndarray]:
+            timings: list[float] | None = None, threads: int | None = None
+            ) -> dict[str, np.ndarray]:
     """Run the model's library on the feeds; the graph outputs by name (fresh arrays:
     never the session's constants, the feed or one another's bytes). ``timings`` (if
-    given) receives each group kernel's seconds, in plan order."""
-    env = compiled.library.run(feeds, timings)
+    given) receives each group kernel's seconds, in plan order; ``threads``: the run's
+    OpenMP threads (None: the calling thread's count)."""
+    env = compiled.library.run(feeds, timings, threads)
     missing = [name for name in compiled.outputs if name not in env]
     if missing:
         graph = compiled.graph

@@ -48,7 +48,8 @@ from polycomp.scheduler.tiling import TiledBand, observe_bands
 from polycomp.targets import get_target
 from polycomp.testing import declared_extent
 
-from .measure import Measurer, device_call, time_callable
+from .measure import (CopiesTimedWarning, Measurer, device_call, time_callable,
+                      times_copies)
 from .records import Record, Records, default_path
 from .sampler import RandomSearch, Sampler, TuneResult
 from .signature import kernel_signature, kernel_sizes
@@ -447,6 +448,11 @@ def prepare(source_or_kernel: object, sizes: Mapping[str, int] | None = None, *,
     # the default's outputs are the reference every trial is checked against: computed
     # here, by the compiler's own (analytical) choice
     spec, default_kernel, bands = _explore(target, seed, time_budget, build=True)
+    if times_copies(default_kernel):
+        warnings.warn(f"{function}: neither CuPy nor PyTorch is installed, so each trial "
+                      f"times the host entry, copies to and from the GPU included; the "
+                      f"kernels' own differences may drown in them",
+                      CopiesTimedWarning, stacklevel=3)
     space, infos = _space_from(bands, target.options)
     args = spec.arguments()
     reference = run_outputs(default_kernel, args)

@@ -28,6 +28,7 @@ and the minimum counts: noise only ever adds time.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib.util
 import math
 import multiprocessing
 import os
@@ -356,6 +357,22 @@ def time_callable(call: Callable[[], Any], budget: float = 0.2, min_repeats: int
         elapsed = time.perf_counter() - start
         best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
     return best
+
+
+class CopiesTimedWarning(UserWarning):
+    """GPU tuning times the host entry, copies to and from the device included."""
+
+
+def times_copies(kernel: Any) -> bool:
+    """Whether a trial of ``kernel`` times its host entry although its target has a device
+    entry: no array library (CuPy, PyTorch) is installed to stage the arrays on the GPU,
+    so every timed call copies its inputs there and its outputs back (device_call)."""
+    from polycomp.targets import get_target  # noqa: PLC0415 - the compiler, lazily
+
+    target = kernel.options.target
+    if target == "cuda-emulated" or not hasattr(get_target(target), "load_device"):
+        return False
+    return not any(importlib.util.find_spec(name) for name in ("cupy", "torch"))
 
 
 def device_call(kernel: Any, args: Sequence[Any]) -> Callable[[], Any] | None:
