@@ -214,9 +214,21 @@ def test_c_integer_division_by_constant_zero(src):
     assert info.value.location is not None and info.value.location.line == 1
 
 
+@pytest.mark.needs_cc
 def test_float_division_by_zero_is_allowed():
-    k = polycomp.compile("def f(float(N) A) -> (B) { B(i) = A(i) / 0 }", sizes={"N": 2})
-    assert "/" in k.c_source
+    """A zero divisor, literal or +-0.0 at run time, gives IEEE inf, -inf and nan as numpy
+    does: no compile-time error, no guard, no trap."""
+    k = polycomp.compile("def f(float(N) A, float(N) D) -> (B, C) { B(i) = A(i) / 0\n"
+                         " C(i) = A(i) / D(i) }")
+    A = np.array([3.5, -2.0, 0.0, -0.0, np.nan, np.inf, -np.inf, 1.0], np.float32)
+    D = np.array([0.0, 0.0, 0.0, -0.0, 0.0, -0.0, 0.0, -0.0], np.float32)
+    B, C = k(A, D)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want_b, want_c = A / np.float32(0), A / D
+    assert np.isinf(want_c[[0, 1, 5, 6, 7]]).all() and np.isnan(want_c[[2, 3, 4]]).all()
+    for got, want in ((B, want_b), (C, want_c)):
+        assert got.dtype == np.float32
+        assert np.array_equal(got, want, equal_nan=True), (got, want)  # inf != -inf
 
 
 # A zero divisor met at run time used to kill the process (SIGFPE): run in a child.

@@ -8,11 +8,6 @@ with -ffp-contract=off, so that neither contracts a*b+c into an FMA the other do
 
 from __future__ import annotations
 
-import ctypes
-import os
-import shutil
-import subprocess
-import tempfile
 
 import islpy as isl
 import numpy as np
@@ -22,34 +17,17 @@ import polycomp
 from polycomp.errors import PolycompError
 from polycomp.frontend.loops import parse_c
 from polycomp.ir import ScalarArg, TensorArg
-from polycomp.runtime import SCALAR_CTYPES
+from polycomp.testing import run_c
 
-CC = os.environ.get("CC", "gcc").split()[0]
 FLAGS = ("-O2", "-ffp-contract=off")
-# gcc needs min/max; polycomp reads min(a, b) and max(a, b) calls without a definition
-GCC_PRELUDE = ("#include <math.h>\n#define min(a, b) (((a) < (b)) ? (a) : (b))\n"
-               "#define max(a, b) (((a) > (b)) ? (a) : (b))\n")
 RNG = np.random.default_rng(1234)
 
 
 def run_gcc(src: str, function: str | None, args: list) -> None:
-    """Compile ``src`` with gcc -O2 -shared -fPIC and call ``function`` on ``args`` in place."""
+    """Compile ``src`` with the C compiler at -O2 and call ``function`` on ``args`` in
+    place (polycomp.testing.run_c: no polycomp stage touches the code)."""
     definition = parse_c(src).get(function)
-    workdir = tempfile.mkdtemp(prefix="polycomp-loops-gcc-")
-    try:
-        path, lib = os.path.join(workdir, "k.c"), os.path.join(workdir, "k.so")
-        with open(path, "w") as f:
-            f.write(GCC_PRELUDE + src)
-        done = subprocess.run([CC, *FLAGS, "-shared", "-fPIC", "-o", lib, path, "-lm"],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        entry = getattr(ctypes.CDLL(lib), definition.name)
-        entry.restype = None
-        entry.argtypes = [ctypes.c_void_p if isinstance(spec, TensorArg) else
-                          SCALAR_CTYPES[spec.dtype] for spec in definition.interface.inputs]
-        entry(*[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    run_c(src, definition.name, definition.interface, args, cflags=FLAGS)
 
 
 def _copy(args: list) -> list:
