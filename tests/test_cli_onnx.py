@@ -9,16 +9,13 @@ import subprocess
 import sys
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-
-from onnx import TensorProto as T  # noqa: E402
-from onnx import helper as h  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
-
-from polycomp.cli import main  # noqa: E402
+from polycomp.cli import main
 
 pytestmark = pytest.mark.needs_cc
 

@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import platform
 
+import ml_dtypes
 import numpy as np
+import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx.reference.ops.op_cast import cast_to
 
-onnx = pytest.importorskip("onnx")
-ml_dtypes = pytest.importorskip("ml_dtypes")
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from onnx import TensorProto as T  # noqa: E402
-from onnx import helper as h  # noqa: E402
-from onnx.reference.ops.op_cast import cast_to  # noqa: E402
-
-from polycomp import expr as E  # noqa: E402
-from polycomp.errors import ArgumentError, UnsupportedError  # noqa: E402
-from polycomp.frontend.onnx.graph import ELEM_FORMATS  # noqa: E402
-from polycomp.onnx.backend import PolycompBackend  # noqa: E402
+from polycomp import expr as E
+from polycomp.errors import ArgumentError, UnsupportedError
+from polycomp.frontend.onnx.graph import ELEM_FORMATS
+from polycomp.onnx.backend import PolycompBackend
 
 pytestmark = pytest.mark.needs_cc
 

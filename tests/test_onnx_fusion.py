@@ -4,21 +4,16 @@ the output. Every case is also checked against onnxruntime."""
 
 from __future__ import annotations
 
+import islpy as isl
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
+import polycomp.onnx as pco
+from polycomp import expr as E
+from polycomp.scheduler import cache_model as CM
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-import islpy as isl  # noqa: E402
-
-import polycomp.onnx as pco  # noqa: E402
-from polycomp import expr as E  # noqa: E402
-from polycomp.scheduler import cache_model as CM  # noqa: E402
-
-from onnx_cases import reference  # noqa: E402
+from onnx_cases import reference
 
 pytestmark = [pytest.mark.needs_cc,
               pytest.mark.skipif(CM.simd_lanes(4) < 4, reason="channel blocking needs SIMD")]

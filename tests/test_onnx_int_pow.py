@@ -6,16 +6,14 @@ reference runs, is the oracle (it wraps on overflow as the C helper does)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from onnx import helper as h
 
-onnx = pytest.importorskip("onnx")
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from onnx import TensorProto as T  # noqa: E402
-from onnx import helper as h  # noqa: E402
-
-from polycomp.onnx.backend import PolycompBackend  # noqa: E402
+from polycomp.onnx.backend import PolycompBackend
 
 pytestmark = pytest.mark.needs_cc
 

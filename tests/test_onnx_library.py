@@ -6,19 +6,16 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
+import polycomp.onnx as pco
+from polycomp.errors import PolycompError
+from polycomp.frontend.onnx.plan import GroupStep
+from polycomp.onnx import session as S
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-import polycomp.onnx as pco  # noqa: E402
-from polycomp.errors import PolycompError  # noqa: E402
-from polycomp.frontend.onnx.plan import GroupStep  # noqa: E402
-from polycomp.onnx import session as S  # noqa: E402
-
-from onnx_cases import reference  # noqa: E402
+from onnx_cases import reference
 
 pytestmark = pytest.mark.needs_cc
 

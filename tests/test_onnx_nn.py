@@ -11,19 +11,17 @@ innermost in its main nest).
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-
-from hypothesis import given, settings, strategies as st  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-import polycomp.onnx as pco  # noqa: E402
-from polycomp.errors import UnsupportedError  # noqa: E402
-from polycomp.frontend.onnx import build_plan, load_model, specialise  # noqa: E402
-from polycomp.frontend.onnx.rewrite import fold_batchnorm  # noqa: E402
-from polycomp.scheduler import cache_model as CM  # noqa: E402
+import polycomp.onnx as pco
+from polycomp.errors import UnsupportedError
+from polycomp.frontend.onnx import build_plan, load_model, specialise
+from polycomp.frontend.onnx.rewrite import fold_batchnorm
+from polycomp.scheduler import cache_model as CM
 
 pytestmark = pytest.mark.needs_cc
 

@@ -4,22 +4,19 @@ and the session's reuse of buffers, checked against onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper
 
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
+import polycomp
+import polycomp.onnx as pco
+from polycomp.errors import ArgumentError
+from polycomp.frontend.onnx.memory import plan_memory
+from polycomp.frontend.onnx.plan import GroupStep, HostStep
+from polycomp.onnx import session as S
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
-
-import polycomp  # noqa: E402
-import polycomp.onnx as pco  # noqa: E402
-from polycomp.errors import ArgumentError  # noqa: E402
-from polycomp.frontend.onnx.memory import plan_memory  # noqa: E402
-from polycomp.frontend.onnx.plan import GroupStep, HostStep  # noqa: E402
-from polycomp.onnx import session as S  # noqa: E402
-
-from onnx_cases import reference  # noqa: E402
+from onnx_cases import reference
 
 pytestmark = pytest.mark.needs_cc
 

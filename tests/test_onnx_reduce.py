@@ -11,16 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import onnxruntime as ort
+from onnx import TensorProto, helper
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-
-from onnx import TensorProto, helper  # noqa: E402
-
-import onnx_cases  # noqa: E402
-from onnx_cases import make_model  # noqa: E402
-import polycomp.onnx as pco  # noqa: E402
-from polycomp.errors import UnsupportedError  # noqa: E402
+import onnx_cases
+from onnx_cases import make_model
+import polycomp.onnx as pco
+from polycomp.errors import UnsupportedError
 
 compiled = pytest.mark.needs_cc
 

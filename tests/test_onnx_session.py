@@ -12,20 +12,17 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-
-from onnx import TensorProto as T  # noqa: E402
-from onnx import helper as h  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
-
-import polycomp  # noqa: E402
-import polycomp.onnx as pco  # noqa: E402
-from polycomp.errors import (ArgumentError, ParseError, PolycompError,  # noqa: E402
+import polycomp
+import polycomp.onnx as pco
+from polycomp.errors import (ArgumentError, ParseError, PolycompError,
                              UnsupportedError)
-from polycomp.onnx import ModelError  # noqa: E402
+from polycomp.onnx import ModelError
 
 pytestmark = pytest.mark.needs_cc
 

@@ -13,16 +13,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import helper, numpy_helper
 
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")  # onnx_cases runs it
-
-from onnx import helper, numpy_helper  # noqa: E402
-
-from onnx_cases import check, make_model  # noqa: E402
-import polycomp.onnx as pco  # noqa: E402
-from polycomp.errors import PolycompError, UnsupportedError  # noqa: E402
-from polycomp.frontend.onnx import graph as onnx_graph  # noqa: E402
+from onnx_cases import check, make_model
+import polycomp.onnx as pco
+from polycomp.errors import PolycompError, UnsupportedError
+from polycomp.frontend.onnx import graph as onnx_graph
 
 pytestmark = pytest.mark.needs_cc
 RNG = np.random.default_rng(7)
