@@ -26,14 +26,17 @@
   generation (AST, check, C) now runs in a child under ``driver.CODEGEN_SECONDS``; past it
   the original order is compiled, with a SchedulerFallbackWarning.
 
-The cases run as the fuzzer runs them (a worker process; gcc -O0 is the oracle). The
-structural test checks, without timing anything, that the generic dependence analysis
-never runs unbounded in the compiling process.
+The cases run as the fuzzer runs them (a worker process; gcc -O0 is the oracle). No test
+times anything: each asserts that the compiler's own limit fired (the warning or the
+fallback it reports) and that the kernel is still right. Which of the limits fires first
+depends on the machine's speed, so the tests accept any of them. The structural test
+checks that the generic dependence analysis never runs unbounded in the compiling process.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 
@@ -46,7 +49,7 @@ import polycomp.scheduler as scheduler_package
 from polycomp.fuzzing.worker import run_case
 from polycomp import driver
 from polycomp.codegen import verify
-from polycomp.scheduler import dependences, isl_sched, pluto
+from polycomp.scheduler import budget, dependences, isl_sched, pluto
 from polycomp.scheduler.budget import SchedulerFallbackWarning
 
 # the programs of the finding files, as case_at(77, n) draws them
@@ -87,12 +90,16 @@ def test_slow_analysis_and_scheduling_fall_back_and_agree_with_gcc_O0(monkeypatc
     monkeypatch.setattr(verify, "EXACT_SECONDS", 1.0)
     monkeypatch.setattr(driver, "CODEGEN_SECONDS", 4.0)
     case = fuzz_case(n, seed)
-    start = time.monotonic()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SchedulerFallbackWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SchedulerFallbackWarning)
         outcome = run_case(case, lambda message: None)
     assert outcome.status == "ok", f"{outcome.status} at {outcome.stage}: {outcome.detail}"
-    assert time.monotonic() - start < 45  # minutes before (gcc and the checks remain)
+    # these ran for minutes unbounded: one of the limits above (or the AST check's isl
+    # operation budget) must have cut them short, and said so
+    limits = [str(w.message) for w in caught if issubclass(w.category, SchedulerFallbackWarning)
+              and re.search(r"more than [\d.]+ (s\b|isl operations)", str(w.message))]
+    assert limits, "no limit fired: the case no longer exercises a fallback " \
+        f"(warnings: {[str(w.message) for w in caught]})"
 
 
 def _runaway(*args, **kwargs):
@@ -110,11 +117,9 @@ def test_a_scheduler_that_never_returns_ends_in_the_original_order(monkeypatch, 
     monkeypatch.setattr(scheduler_package, "SCHEDULE_LIMIT", 0.3)
     source = ("void k(int N, double A[N][N]) { for (int i = 1; i < N; i++) "
               "for (int j = 0; j < N; j++) A[i][j] += A[i - 1][j]; }")
-    start = time.monotonic()
     with pytest.warns(SchedulerFallbackWarning, match=f"'{name}' ran for more than 0.3 s"):
         kernel = polycomp.compile_loops(source, "k", scheduler=name)
         kernel.specialize({"N": 6})
-    assert time.monotonic() - start < 8
     A = np.arange(36, dtype=float).reshape(6, 6)
     expected = A.copy()
     for i in range(1, 6):
@@ -129,9 +134,18 @@ def test_slow_exact_analysis_gives_the_memory_based_superset(monkeypatch):
     exact = dependences.compute_dependences(program)
     monkeypatch.setattr(dependences, "_exact", lambda *args: time.sleep(60))
     monkeypatch.setattr(dependences, "EXACT_LIMIT", 0.2)
-    start = time.monotonic()
+    timeouts = []
+
+    def recording(fn, seconds):
+        try:
+            return budget.in_time_limit(fn, seconds)
+        except TimeoutError as exc:
+            timeouts.append(str(exc))
+            raise
+
+    monkeypatch.setattr(dependences, "in_time_limit", recording)
     superset = dependences.compute_dependences(program)
-    assert time.monotonic() - start < 5
+    assert timeouts == ["no result within 0.2 s"]  # the limit killed the sleeping child
     for kind in ("flow", "anti", "output"):
         assert getattr(exact, kind).is_subset(getattr(superset, kind)), kind
     assert not exact.output.is_equal(superset.output)  # the memory-based one, not exact

@@ -136,13 +136,29 @@ def test_serial_kernels_do_not_look_at_the_load(dynamic, monkeypatch):
     np.testing.assert_array_equal(b, 2.0 * a + a[:, ::-1])
 
 
+def _wait_until_spinning(pid: int, cpu_s: float = 0.2, polls: int = 6000) -> None:
+    """Return once ``pid`` has burnt ``cpu_s`` of CPU (Python's start-up is a few
+    hundredths: it is in its loop, runnable from then on); fail after ``polls`` looks."""
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    for _ in range(polls):
+        if cpu() >= cpu_s:
+            return
+        time.sleep(0.01)
+    pytest.fail(f"the competing process {pid} does not spin ({cpu():.2f} s of CPU)")
+
+
 @pytest.mark.skipif(not HAS_PROC, reason="reads Linux /proc")
 def test_a_real_competing_process_is_seen(dynamic):
+    """Once every spinner is in its loop it is always runnable, so the kernel's count
+    of runnable tasks holds them all: one reading must see no free core."""
     cpus = os.cpu_count() or 1
-    with busy.competing_load(processes=cpus):
-        deadline = time.monotonic() + 10
-        while threads.threads_for_call(cpus + 1) > 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
+    with busy.competing_load(processes=cpus) as pids:
+        for pid in pids:
+            _wait_until_spinning(pid)
+        assert threads.running_tasks() >= cpus + 1  # the spinners and this process
         assert threads.threads_for_call(cpus + 1) == 1
 
 
