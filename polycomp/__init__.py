@@ -10,6 +10,9 @@ Public API:
     Program.from_isl(...)                                               (the research door)
     set_num_threads(n)                                                  (OpenMP threads)
     set_dynamic(flag)                        (fewer threads while other processes are busy)
+    inspect(kernel_or_session, sizes=None) -> MachineCodeReport
+                       (per loop marked vector: packed/scalar FMAs, width, register tile)
+    PerformanceWarning     (a loop marked vector compiled to scalar code)
     Options, PolycompError (and its subclasses in polycomp.errors)
 """
 
@@ -19,7 +22,9 @@ from collections.abc import Mapping, Sequence
 
 from .arguments import check_sizes
 from .errors import ArgumentError, PolycompError
+from .inspection import inspect
 from .ir import Program
+from .machine_code import PerformanceWarning
 from .options import Options
 from .runtime import Kernel
 from .threads import set_dynamic, set_num_threads
@@ -144,4 +149,4 @@ def _finish(kernel: Kernel, sizes: Mapping[str, int] | None) -> Kernel:
 
 
 __all__ = ["compile", "compile_loops", "compile_onnx", "compile_program", "Kernel", "Options", "PolycompError", "Program",
-           "set_dynamic", "set_num_threads", "tune"]
+           "PerformanceWarning", "inspect", "set_dynamic", "set_num_threads", "tune"]

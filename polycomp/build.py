@@ -47,6 +47,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import machine_code
 from .errors import CompilerError
 from .options import Options
 from .targets import get_target
@@ -83,6 +84,9 @@ def compiler_command(options: Options) -> tuple[list[str], list[str]]:
         flags += GCC12_AVX512VL_FLAGS
     if options.exact_fp:
         flags.append("-ffp-contract=off")
+    if not any(f.startswith("-g") for f in flags):
+        # line tables for the machine-code check (machine_code.py): no instruction changes
+        flags.append(machine_code.LINE_TABLE_FLAG)
     return compiler, flags
 
 
@@ -176,8 +180,10 @@ def build_library(text: str, entry: str, options: Options,
         return library
     source_path = directory / f"{stem}{target.source_suffix}"
     _write_atomically(source_path, text.encode())
-    _compile_into(library, [*command, "-o", "{out}", str(source_path), *after],
+    _compile_into(library, [*command, *vector_report_flags(library, text, compiler), "-o",
+                            "{out}", str(source_path), *after],
                   f"the C compiler failed on {source_path}")
+    check_vector_loops(library, source_path, text)
     return library
 
 
@@ -198,9 +204,30 @@ def build_object(text: str, stem: str, options: Options,
     obj.parent.mkdir(parents=True, exist_ok=True)
     source_path = obj.with_suffix(target.source_suffix)
     _write_atomically(source_path, text.encode())
-    _compile_into(obj, [*command, "-o", "{out}", str(source_path), *after],
+    _compile_into(obj, [*command, *vector_report_flags(obj, text, compiler), "-o", "{out}",
+                        str(source_path), *after],
                   f"the C compiler failed on {source_path}")
+    check_vector_loops(obj, source_path, text)
     return obj
+
+
+def vector_report_flags(binary: Path, text: str, compiler: list[str]) -> list[str]:
+    """gcc's report of the loops it did not vectorise, written beside ``binary`` by the
+    same compile (machine_code.vector_report_path), for a text with loops marked vector.
+    Not part of the cache key: it changes no instruction."""
+    if "omp simd" not in text or not is_gcc(tuple(compiler)):
+        return []
+    return [f"-fopt-info-vec-missed={machine_code.vector_report_path(binary)}"]
+
+
+def check_vector_loops(binary: Path, source_path: Path, text: str) -> None:
+    """A PerformanceWarning for each loop ``text`` marks ``omp simd`` that compiled to
+    scalar arithmetic in ``binary`` (machine_code.py), with gcc's reason; run once per
+    build, so a cache hit is not checked again."""
+    if "omp simd" not in text:
+        return
+    report = machine_code.inspect_binary(binary, {str(source_path): text})
+    machine_code.warn_scalar_loops(report, stacklevel=4)
 
 
 def link_library(objects: list[Path], texts: list[str], stem: str, options: Options,

@@ -113,13 +113,16 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile a program and print one stage of the result")
     common(p)
     p.add_argument("--emit", default=None,
-                   choices=["file", "c", "schedule", "deps", "ir", "ast", "ranges", "plan"],
+                   choices=["file", "c", "schedule", "deps", "ir", "ast", "ranges", "plan",
+                            "asm-summary"],
                    help="what to print: the whole C file with its #pragma scop region "
                         "optimised (default for .c), the generated C (default for .tc), the "
                         "schedule tree, the dependences, the IR, isl's AST, or the inferred "
                         "ranges (TC); for an .onnx model: plan (the fusion groups, their "
                         "nodes, input and output values, and the host view ops between them; "
-                        "the default), or c, schedule or ir of every group")
+                        "the default), or c, schedule or ir of every group; asm-summary: "
+                        "built, then per loop marked vector its packed and scalar FMAs "
+                        "in the object code (polycomp.inspect)")
     p.add_argument("--parametric", action="store_true",
                    help="keep sizes as C arguments (the default without --sizes; for a whole "
                         ".c file the default is the sizes its harness passes, when constant)")
@@ -253,9 +256,23 @@ def _compile(args: argparse.Namespace) -> int:
             from .frontend.loops.splice import splice
             text = splice(definition, compiled.source, None if parametric else sizes,
                           note=f" (scheduler={options.scheduler})")
+        elif what == "asm-summary":
+            text = _asm_summary(compiled, options)
         else:
             text = emit(compiled, what)
     return _write_or_print(text, args.output)
+
+
+def _asm_summary(compiled, options: Options) -> str:  # noqa: ANN001 - driver.Compiled
+    """The machine-code report of a compiled program's library (machine_code.py)."""
+    from .machine_code import inspect_binary
+    from .targets import get_target
+
+    target = get_target(options.target)
+    if not hasattr(target, "build"):
+        raise OptionError(f"--emit asm-summary reads a host library; target "
+                          f"'{options.target}' builds none", hint="use the openmp target")
+    return inspect_binary(target.build(compiled.source, options)).summary()
 
 
 def harness_sizes(definition) -> dict[str, int]:  # noqa: ANN001 - a LoopDefinition
@@ -777,9 +794,9 @@ def _compile_onnx(args: argparse.Namespace) -> int:
     import time
 
     what = args.emit or ("manifest" if args.output else "plan")
-    if what not in ("plan", "c", "schedule", "ir", "manifest"):
+    if what not in ("plan", "c", "schedule", "ir", "manifest", "asm-summary"):
         raise OptionError(f"--emit {what} is not for .onnx models",
-                          hint="choose plan, c, schedule or ir")
+                          hint="choose plan, c, schedule, ir or asm-summary")
     start = time.perf_counter()  # a model with static shapes compiles as it loads
     session, shapes = _load_onnx(args)
     compiled = session.compiled(shapes)
@@ -795,6 +812,9 @@ def _compile_onnx(args: argparse.Namespace) -> int:
         return 0
     if what == "plan":
         text = format_plan(args.file, shapes, compiled, seconds)
+    elif what == "asm-summary":
+        from .inspection import inspect
+        text = inspect(session, shapes=shapes).summary()
     else:
         text = emit_groups(compiled, what)
     return _write_or_print(text, args.output)

@@ -1,0 +1,167 @@
+"""The machine-code check (polycomp/machine_code.py, polycomp.inspect): loops the schedule
+marks vector are found in the C, the object code's arithmetic is attributed to them
+through the line tables, a marked loop compiled to scalar code is reported and warned
+about, and the conv and matmul groups of models are vector in model context."""
+
+from __future__ import annotations
+
+import platform
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polycomp
+import polycomp.onnx as pco
+from polycomp import machine_code as mc
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+C_TEXT = """\
+static int f_par0(long c1, float *restrict a, const float *restrict b)
+{
+  int s = 0;
+  for (long c2 = 0; c2 <= 7; c2 += 1)
+    #pragma omp simd
+    for (long c3 = 0; c3 <= 15; c3 += 1)
+      a[c2 * 16 + c3] += b[c3] * 2.0f;
+  return s;
+}
+
+int f(float *restrict a, const float *restrict b)
+{
+  #pragma omp simd simdlen(16)
+  for (long c0 = 0; c0 <= 15; c0 += 1)
+  {
+    {
+      a[c0] = b[c0];
+    }
+  }
+  return 0;
+}
+"""
+
+
+def test_marked_loops_are_found_with_their_body_lines():
+    loops = mc.marked_loops(C_TEXT, "k.c")
+    assert [(lp.function, lp.line, lp.last) for lp in loops] == [("f_par0", 6, 7),
+                                                                  ("f", 14, 19)]
+    assert loops[0].statement.startswith("a[c2 * 16 + c3] +=")
+    assert loops[1].statement == "a[c0] = b[c0];"
+
+
+LISTING = """\
+0000000000000000 <f_par0>:
+f_par0():
+/cache/k.c:4
+   0:\tmov    %rdi,%rax
+/cache/k.c:7
+   4:\tvfmadd231ps (%rsi),%zmm1,%zmm0
+   a:\tvfmadd231ps 0x40(%rsi),%zmm1,%zmm2
+/cache/k.c:7 (discriminator 2)
+  10:\tvfmadd213ss (%rsi),%xmm1,%xmm3
+/cache/k.c:3
+  16:\tvmulss %xmm0,%xmm0,%xmm0
+0000000000000040 <f>:
+f():
+/cache/k.c:17
+  40:\tvmovss (%rsi),%xmm0
+  44:\tvaddss %xmm0,%xmm0,%xmm0
+"""
+
+
+def test_instructions_are_attributed_to_the_marked_loop_of_their_line():
+    report = mc.inspect_listing(LISTING, "k.o", {"/cache/k.c": C_TEXT})
+    first, second = report.loops
+    assert (first.packed_fma, first.scalar_fma, first.width) == (2, 1, 512)
+    assert first.accumulators == {"zmm0", "zmm2"}
+    assert not first.scalar                   # packed arithmetic: the main loop is vector
+    assert second.scalar and second.scalar_other == 1   # scalar adds only
+    assert report.scalar_loops == [second]
+    assert report.functions == {"f_par0": (2, 1)}
+    assert "SCALAR" in report.summary() and "vector" in report.summary()
+
+
+def test_compiler_reasons_are_read_per_loop():
+    loop = mc.marked_loops(C_TEXT, "k.c")[0]
+    report = ("k.c:6:23: missed: couldn't vectorize loop\n"
+              "k.c:7:9: missed: not vectorized: data ref analysis failed: _1 = *_2;\n"
+              "k.c:30:1: missed: not vectorized: something else\n")
+    assert mc.compiler_reasons(report, [loop]) == {6: "data ref analysis failed: _1 = *_2;"}
+
+
+MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+SIZES = {"M": 64, "N": 64, "K": 64}
+
+
+@pytest.mark.needs_cc
+@pytest.mark.skipif(not X86, reason="reads x86-64 object code")
+def test_a_matmul_compiles_to_packed_fmas():
+    report = polycomp.inspect(polycomp.compile(MM, sizes=SIZES), SIZES)
+    judged = [c for c in report.loops if c.judged]
+    assert report.checked and judged and not report.scalar_loops, report.summary()
+    assert sum(c.packed_fma for c in judged) > 0 and max(c.width for c in judged) >= 256
+
+
+@pytest.mark.needs_cc
+@pytest.mark.skipif(not X86, reason="reads x86-64 object code")
+def test_a_marked_loop_compiled_scalar_is_reported():
+    # the same kernel with gcc's vectoriser off: every marked loop is scalar, and the
+    # build says so, naming the loop (gcc gives no reason here: the vectoriser never ran)
+    flags = ("-O3", "-march=native", "-fno-tree-loop-vectorize", "-fno-tree-slp-vectorize")
+    with pytest.warns(polycomp.PerformanceWarning, match="marked vector but compiled"):
+        kernel = polycomp.compile(MM, sizes=SIZES, cflags=flags)
+    report = polycomp.inspect(kernel, SIZES)
+    judged = [c for c in report.loops if c.judged]
+    assert judged and all(c.scalar for c in judged), report.summary()
+    a, b = (np.random.default_rng(0).random((64, 64), dtype=np.float32) for _ in range(2))
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4)  # correct, only slow
+
+
+def conv_chain(c: int, m: int, f: int, h: int, k: int, stride: int) -> bytes:
+    """conv(c -> m, 1x1) + relu, then conv(m -> f, k x k, stride) + relu: the second conv
+    reads the first's channel-blocked output, as inside a ResNet bottleneck."""
+    rng = np.random.default_rng(0)
+    out = (h + 2 * (k // 2) - k) // stride + 1
+    weights = {"W1": rng.standard_normal((m, c, 1, 1)) * 0.1,
+               "B1": rng.standard_normal(m), "W2": rng.standard_normal((f, m, k, k)) * 0.1,
+               "B2": rng.standard_normal(f)}
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], name="conv2",
+                              kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2),
+             helper.make_node("Relu", ["c2"], ["y"], name="relu2")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, f, out, out])],
+        [numpy_helper.from_array(v.astype(np.float32), n) for n, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def contraction_loops(report: mc.MachineCodeReport) -> list[mc.LoopCode]:
+    """The marked loops that do multiply-adds: the convolutions' and matmuls' own."""
+    return [c for c in report.loops if c.packed_fma or c.scalar_fma]
+
+
+# ResNet-50's bottleneck shapes at reduced spatial size (the channel counts, and so the
+# blocking and the reduction loops, are the model's)
+@pytest.mark.needs_cc
+@pytest.mark.skipif(not X86, reason="reads x86-64 object code")
+@pytest.mark.parametrize("c,m,f,h,k,stride", [(256, 64, 64, 14, 3, 1),
+                                               (1024, 256, 1024, 7, 1, 1),
+                                               (512, 128, 128, 14, 3, 2)])
+def test_resnet_convolutions_are_vector_in_model_context(c, m, f, h, k, stride):
+    model = conv_chain(c, m, f, h, k, stride)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", polycomp.PerformanceWarning)  # judged below
+        session = pco.InferenceSession(model)
+    report = polycomp.inspect(session)
+    loops = contraction_loops(report)
+    assert len(loops) >= 2, report.summary()
+    assert not [c for c in loops if c.scalar], report.summary()
+    assert all(c.width >= 256 for c in loops), report.summary()
