@@ -35,6 +35,7 @@ from polycomp.ir import Program
 from polycomp.options import configure_isl
 from polycomp.scheduler import tree as T
 
+from .indices import annotate, index_expressions
 from .verify import (EXACT_SECONDS, PARAMETRIC_EXACT_OPERATIONS, ASTRejected,
                      CheckOutOfBudget, check_ast)
 
@@ -43,7 +44,8 @@ LOOP_MARKS = T.LOOP_MARKS
 
 def build_ast(program: Program, schedule: isl.Schedule,
               ordered: isl.UnionMap | None = None,
-              after_mark: MarkHook | None = None) -> isl.AstNode:
+              after_mark: MarkHook | None = None,
+              simplify_indices: bool = False) -> isl.AstNode:
     """isl's AST for ``schedule``, checked to run each instance of its domain once and
     every dependence in ``ordered`` (the program's, source -> sink) forward.
 
@@ -62,7 +64,11 @@ def build_ast(program: Program, schedule: isl.Schedule,
 
     ``after_mark``: isl's after-each-mark callback for every try (``reset()`` before
     each), so that a printer can have expressions built where a mark sits (the GPU
-    targets' promotion marks, codegen/cuda.py)."""
+    targets' promotion marks, codegen/cuda.py).
+
+    ``simplify_indices``: each user node whose statement divides in an index is annotated
+    with isl's expression of those indices where it is built (codegen/indices.py), for
+    a printer that prints them (codegen/c.py)."""
     configure_isl()
     domain = schedule.get_domain()
     compact = compaction(domain)
@@ -70,11 +76,12 @@ def build_ast(program: Program, schedule: isl.Schedule,
         schedule = schedule.pullback_union_pw_multi_aff(compact)
     failures = []
     budget = PARAMETRIC_EXACT_OPERATIONS if program.params else None
+    indexed = program if simplify_indices else None
     for attempt in (_as_tree, _separated, _flattened):
         try:
             if after_mark is not None:
                 after_mark.reset()
-            node = attempt(program.context, schedule, compact, after_mark)
+            node = attempt(program.context, schedule, compact, after_mark, indexed)
             exact = check_ast(node, domain, program.params, program.context, program.name,
                               budget, ordered)
             if exact or not program.params:
@@ -105,13 +112,15 @@ class MarkHook(Protocol):
 
 def _generate(context: isl.Set, compact: isl.UnionPwMultiAff | None,
               generate: Callable[[isl.AstBuild], isl.AstNode],
-              after_mark: MarkHook | None = None) -> isl.AstNode:
+              after_mark: MarkHook | None = None,
+              indexed: Program | None = None) -> isl.AstNode:
     """``generate(build)`` on an AstBuild that writes calls in the original iterators of
-    compacted statements."""
+    compacted statements (and, with ``indexed``, annotates them with their dividing
+    indices: codegen/indices.py)."""
     build = isl.AstBuild.from_context(context)
     handle = marks = None
-    if compact is not None:
-        build, handle = build.set_at_each_domain(_original_call(compact))
+    if compact is not None or indexed is not None:
+        build, handle = build.set_at_each_domain(_original_call(compact, indexed))
     if after_mark is not None:
         build, marks = build.set_after_each_mark(after_mark)
     node = generate(build)
@@ -121,15 +130,17 @@ def _generate(context: isl.Set, compact: isl.UnionPwMultiAff | None,
 
 def _as_tree(context: isl.Set, schedule: isl.Schedule,
              compact: isl.UnionPwMultiAff | None,
-             after_mark: MarkHook | None = None) -> isl.AstNode:
+             after_mark: MarkHook | None = None,
+             indexed: Program | None = None) -> isl.AstNode:
     marked = with_mark_depths(schedule)
     return _generate(context, compact, lambda build: build.node_from_schedule(marked),
-                     after_mark)
+                     after_mark, indexed)
 
 
 def _separated(context: isl.Set, schedule: isl.Schedule,
                compact: isl.UnionPwMultiAff | None,
-               after_mark: MarkHook | None = None) -> isl.AstNode:
+               after_mark: MarkHook | None = None,
+               indexed: Program | None = None) -> isl.AstNode:
     """The tree with its default band members generated "separate": isl then never
     generates statements with different bounds in one loop (where it dropped instances of
     one of them, judging a point loop fixed by the others)."""
@@ -142,15 +153,17 @@ def _separated(context: isl.Set, schedule: isl.Schedule,
         return node
 
     return _as_tree(context, schedule.map_schedule_node_bottom_up(separate), compact,
-                    after_mark)
+                    after_mark, indexed)
 
 
 def _flattened(context: isl.Set, schedule: isl.Schedule,
                compact: isl.UnionPwMultiAff | None,
-               after_mark: MarkHook | None = None) -> isl.AstNode:
+               after_mark: MarkHook | None = None,
+               indexed: Program | None = None) -> isl.AstNode:
     """The schedule as one flat map (isl refused some tiled trees with "unknown divs")."""
     flat = schedule.get_map()
-    return _generate(context, compact, lambda build: build.node_from_schedule_map(flat))
+    return _generate(context, compact, lambda build: build.node_from_schedule_map(flat),
+                     None, indexed)
 
 
 def compaction(domain: isl.UnionSet) -> isl.UnionPwMultiAff | None:
@@ -192,16 +205,27 @@ def _compact(statement: isl.Set) -> isl.MultiAff | None:
     return back
 
 
-def _original_call(compact: isl.UnionPwMultiAff):
-    """at_each_domain callback: the user node's call in the original iterators."""
+def _original_call(compact: isl.UnionPwMultiAff | None, indexed: Program | None):
+    """at_each_domain callback: the user node's call in the original iterators (where
+    ``compact`` compacted the statement), annotated with isl's expressions of its
+    dividing indices (with ``indexed``, the program whose statements they are)."""
+    statements = {s.name: s for s in indexed.statements} if indexed is not None else {}
 
     def restore(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
         at = isl.Map.from_union_map(build.get_schedule())  # compact instance -> iterators
         name = at.get_tuple_name(isl.dim_type.in_)
-        back = compact.extract_pw_multi_aff(at.get_space().domain().map_from_set()
-                                            .set_tuple_name(isl.dim_type.out, name))
-        instance = back.pullback_pw_multi_aff(isl.PwMultiAff.from_map(at.reverse()))
-        return isl.AstNode.user_from_expr(build.call_from_pw_multi_aff(instance))
+        instance = isl.PwMultiAff.from_map(at.reverse())
+        if compact is not None:
+            back = compact.extract_pw_multi_aff(at.get_space().domain().map_from_set()
+                                                .set_tuple_name(isl.dim_type.out, name))
+            instance = back.pullback_pw_multi_aff(instance)
+            node = isl.AstNode.user_from_expr(build.call_from_pw_multi_aff(instance))
+        stmt = statements.get(name)
+        if stmt is not None:
+            exprs = index_expressions(stmt, list(indexed.params), instance, build)
+            if exprs:
+                node = annotate(node, exprs)
+        return node
 
     return restore
 

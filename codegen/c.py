@@ -47,6 +47,7 @@ from polycomp.scheduler import tree as T  # mark names
 from polycomp.scheduler.contraction import MARK_LOCAL
 
 from .ast import expression_builder, loop_iterator
+from .indices import annotation, divided_indices
 from .cexpr import ADD, ARG_CTYPES, CTYPES, PRIMARY, Helpers, Text, ValuePrinter, ast_expr
 from .names import c_name
 from .source import CArgument
@@ -95,6 +96,7 @@ class CPrinter:
         self.arrays = {a.name: (c_name(a.name), [self._extent(build, pa) for pa in a.shape[1:]])
                        for a in program.arrays}
         self.gathers = 0
+        self.index_exprs: list[isl.AstExpr] | None = None  # the user node's (emit)
         self.scope: list[str] = []  # iterators of the enclosing loops
         # local arrays (contracted temporaries) met in the body being emitted: declared
         # once at the top of the innermost enclosing loop body, outlined body or entry
@@ -155,6 +157,7 @@ class CPrinter:
         if kind == node_type.mark:
             return self._mark(node)
         if kind == node_type.user:
+            self.index_exprs = annotation(node)
             return self._user(node.user_get_expr())
         raise NotImplementedError(f"isl AST node {kind}")
 
@@ -238,6 +241,12 @@ class CPrinter:
         values = [self._expr(call.get_op_arg(k + 1)) for k in range(call.get_op_n_arg() - 1)]
         iterators = dict(zip(stmt.iterators, values))
         printer = ValuePrinter(iterators, self.params, self.scalars, self.arrays, self.helpers)
+        exprs, self.index_exprs = self.index_exprs, None
+        if exprs is not None:  # isl's rewriting of the dividing indices (codegen/indices.py)
+            indices = divided_indices(stmt)
+            if len(indices) == len(exprs):
+                for index, expr in zip(indices, exprs):
+                    printer.overrides[id(index)] = self._expr(expr)
         return statement(stmt, printer, self)
 
     # ------------------------------------------------------------------ dialect hooks
