@@ -140,6 +140,10 @@ def _parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--repeat", type=int, default=5, help="timed runs (median is printed)")
     p.add_argument("--threads", type=int, default=None, help="OpenMP threads")
+    p.add_argument("--profile", action="store_true",
+                   help="for an .onnx model: each fused group's time, GFLOP/s and share of "
+                        "this machine's measured FP32 peak, beside onnxruntime's time for "
+                        "the same nodes (polycomp/onnx/profile.py)")
     p.set_defaults(handler=_run)
 
     _tune_parser(sub)
@@ -319,6 +323,9 @@ def _run(args: argparse.Namespace) -> int:
         _no_target_for_onnx(args)
         return _run_onnx(args)
     _no_shapes(args)
+    if args.profile:
+        raise OptionError("--profile is for .onnx models",
+                          hint="polycomp run KERNEL.tc prints the kernel's time")
     targets = target_options(args)
     definition = load_definition(args.file, args.entry, args.include, args.define)
     report = run_and_check(definition, parse_sizes(args.sizes), repeat=args.repeat,
@@ -917,7 +924,10 @@ def _run_onnx(args: argparse.Namespace) -> int:
         onnxruntime = None
     if onnxruntime is not None:
         try:
-            reference = onnxruntime.InferenceSession(args.file,
+            so = onnxruntime.SessionOptions()
+            if args.threads is not None:  # side by side: the same threads as polycomp's
+                so.intra_op_num_threads = args.threads
+            reference = onnxruntime.InferenceSession(args.file, so,
                                                      providers=["CPUExecutionProvider"])
             want = reference.run(None, feed)
         except Exception as exc:  # onnxruntime's own refusals: nothing to compare with
@@ -933,6 +943,13 @@ def _run_onnx(args: argparse.Namespace) -> int:
           f"(median of {max(1, args.repeat)})"
           + (f", onnxruntime {reference_seconds * 1e3:.3f} ms"
              if reference_seconds is not None else ""))
+    if args.profile:
+        from .onnx.profile import profile_report
+        from .threads import get_max_threads
+        with open(args.file, "rb") as f:
+            model = f.read()
+        print(profile_report(session, model, feed, get_max_threads(),
+                             repeat=max(1, args.repeat), compare=onnxruntime is not None))
     return 0 if ok else 1
 
 

@@ -14,7 +14,7 @@ import polycomp
 import polycomp.onnx as pco
 from polycomp import expr as E
 from polycomp.codegen.indices import divided_indices
-from tests.test_machine_code import conv_chain
+from onnx_cases import conv_chain
 
 pytestmark = pytest.mark.needs_cc
 

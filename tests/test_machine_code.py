@@ -9,12 +9,11 @@ import platform
 import warnings
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import polycomp
 import polycomp.onnx as pco
+from onnx_cases import conv_chain
 from polycomp import machine_code as mc
 
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -118,29 +117,6 @@ def test_a_marked_loop_compiled_scalar_is_reported():
     assert judged and all(c.scalar for c in judged), report.summary()
     a, b = (np.random.default_rng(0).random((64, 64), dtype=np.float32) for _ in range(2))
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4)  # correct, only slow
-
-
-def conv_chain(c: int, m: int, f: int, h: int, k: int, stride: int) -> bytes:
-    """conv(c -> m, 1x1) + relu, then conv(m -> f, k x k, stride) + relu: the second conv
-    reads the first's channel-blocked output, as inside a ResNet bottleneck."""
-    rng = np.random.default_rng(0)
-    out = (h + 2 * (k // 2) - k) // stride + 1
-    weights = {"W1": rng.standard_normal((m, c, 1, 1)) * 0.1,
-               "B1": rng.standard_normal(m), "W2": rng.standard_normal((f, m, k, k)) * 0.1,
-               "B2": rng.standard_normal(f)}
-    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], name="conv2",
-                              kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2),
-             helper.make_node("Relu", ["c2"], ["y"], name="relu2")]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, f, out, out])],
-        [numpy_helper.from_array(v.astype(np.float32), n) for n, v in weights.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model.SerializeToString()
 
 
 def contraction_loops(report: mc.MachineCodeReport) -> list[mc.LoopCode]:

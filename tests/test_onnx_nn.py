@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx_cases import assert_outputs_match, other_variants
+
 import polycomp.onnx as pco
 from polycomp.errors import UnsupportedError
 from polycomp.frontend.onnx import build_plan, load_model, specialise
@@ -58,16 +60,19 @@ def reference(model, feeds):
 
 
 def check(model, feeds, rtol=1e-4, atol=1e-5, **options):
-    """polycomp.onnx and onnxruntime agree on every output; the polycomp session."""
+    """polycomp.onnx and onnxruntime agree on every output; the polycomp session. Without
+    options, the default code and the kind of code (serial or parallel) it is not are
+    both checked (onnx_cases.other_variants)."""
     want = reference(model, feeds)
-    session = pco.InferenceSession(model.SerializeToString(), **options)
-    got = session.run(None, feeds)
-    for w, g in zip(want, got):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
-        if np.issubdtype(w.dtype, np.floating):
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
+    names = [o.name for o in model.graph.output]
+    data = model.SerializeToString()
+    session = pco.InferenceSession(data, **options)
+    assert_outputs_match(names, want, session.run(None, feeds),
+                         f"options {options}" if options else "default options", rtol, atol)
+    if not options:
+        for other in other_variants(session, feeds):
+            got = pco.InferenceSession(data, **other).run(None, feeds)
+            assert_outputs_match(names, want, got, f"options {other}", rtol, atol)
     return session
 
 

@@ -268,6 +268,18 @@ class InferenceSession:
                             seconds.get(step.name, 0.0)))
         return out
 
+    def profile_table(self, input_feed: Mapping[str, object], repeat: int = 10,
+                      compare: bool = True) -> str:
+        """``profile`` as a table a person reads: per group its time, GFLOP/s and share of
+        this machine's measured FP32 peak, beside onnxruntime's time for the same nodes
+        (where onnxruntime is installed and ``compare``); polycomp/onnx/profile.py."""
+        from polycomp.onnx.profile import profile_report  # noqa: PLC0415 - reports only
+        from polycomp.threads import get_max_threads  # noqa: PLC0415
+
+        feeds = self._check_feed(input_feed)
+        return profile_report(self, self._model.model.SerializeToString(), feeds,
+                              self._settings.threads or get_max_threads(), repeat, compare)
+
     def _check_feed(self, input_feed: Mapping[str, object]) -> dict[str, np.ndarray]:
         if not isinstance(input_feed, Mapping):
             raise ArgumentError("run() takes the inputs as a dict {name: array}",
