@@ -23,6 +23,7 @@ from polycomp.codegen import ast as A
 from polycomp.codegen.verify import check_ast, executed_instances
 from polycomp.errors import InternalError
 from polycomp.options import Options
+from polycomp.machine_code import LINE_TABLE_FLAG
 
 # --- gcc 12.2 deleted the calls of outlined parallel bodies ------------------------------
 
@@ -85,11 +86,15 @@ def test_gcc_flags_keep_an_explicit_choice():
     if not is_gcc(tuple(compiler)):
         pytest.skip("the C compiler is not gcc")  # the flag is gcc's only
     vl = list(GCC12_AVX512VL_FLAGS) if gcc_major(tuple(compiler)) == 12 else []
-    assert compiler_command(Options())[1][-1 - len(vl)] == "-fno-tree-loop-distribution"
+    lines = [LINE_TABLE_FLAG]  # line tables for the machine-code check, last
+    assert compiler_command(Options())[1][-1 - len(vl) - 1] == "-fno-tree-loop-distribution"
     assert compiler_command(Options(cflags=("-O3",)))[1] == ["-O3", "-fno-tree-loop-distribution"
-                                                             ] + vl
+                                                             ] + vl + lines
     chosen = ("-O3", "-ftree-loop-distribution")
-    assert compiler_command(Options(cflags=chosen))[1] == list(chosen) + vl
+    assert compiler_command(Options(cflags=chosen))[1] == list(chosen) + vl + lines
+    # a user's own -g is kept, and no second one is added
+    assert compiler_command(Options(cflags=("-O2", "-g")))[1] == [
+        "-O2", "-g", "-fno-tree-loop-distribution"] + vl
     assert compiler_command(Options(cflags=("-O3", "-mavx512vl")))[1][-1] != "-mno-avx512vl"
 
 
