@@ -296,7 +296,7 @@ def test_tsan_reports_the_race_without_the_reductions_first_barrier(tmp_path):
     case.text = (case.text[:store.start()]
                  + store.group(0).replace("__syncthreads();", "")
                  + case.text[store.end():])
-    done = run_under_tsan(tmp_path, case)
+    done = run_under_tsan(tmp_path, case, attempts=8)
     assert "WARNING: ThreadSanitizer: data race" in done.stderr, done.stderr
     assert done.returncode == 66
     assert re.search(r"polycomp_rowsum_kernel\d+\b.*kernel\.cu:\d+", done.stderr)

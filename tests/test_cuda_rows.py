@@ -120,6 +120,6 @@ def test_tsan_sees_the_race_when_the_barrier_after_the_maximum_goes(tmp_path):
     barrier = max(i for i in range(use) if lines[i].strip() == "__syncthreads();")
     del lines[barrier]
     case.text = "\n".join(lines) + "\n"
-    done = run_under_tsan(tmp_path, case)
+    done = run_under_tsan(tmp_path, case, attempts=8)
     assert "WARNING: ThreadSanitizer: data race" in done.stderr, done.stderr
     assert done.returncode == 66
