@@ -93,6 +93,15 @@ def test_polycomp_run_profile_prints_each_group_beside_onnxruntime(tmp_path, cap
     assert fields[5] != "-"  # onnxruntime's time of the conv node is there
 
 
+def test_the_session_prints_its_profile_at_its_own_thread_count():
+    so = type("Options", (), {"intra_op_num_threads": 1})()
+    session = pco.InferenceSession(conv_model(), sess_options=so)
+    x = np.random.default_rng(1).standard_normal((N, C, H, H)).astype(np.float32)
+    table = session.profile_table({"x": x}, repeat=2, compare=False)
+    assert table.startswith("per-group profile, 1 thread(s)")
+    assert "conv (Conv), relu (Relu)" in table and "ort" in table.splitlines()[1]
+
+
 def test_profile_is_for_onnx_models(tmp_path, capsys):
     tc = tmp_path / "k.tc"
     tc.write_text("def f(float(N) A) -> (B) { B(i) = A(i) * 2.0 }")

@@ -144,9 +144,9 @@ class InferenceSession:
     """``onnxruntime.InferenceSession`` for polycomp: same constructor argument (a path or
     the model's bytes, or a ModelProto), same ``get_inputs``/``get_outputs``/``run``.
     Keyword arguments are polycomp Options (scheduler, parallel, ...). Of onnxruntime's
-    ``sess_options``, ``providers``, ``provider_options`` and ``run_options``, what
-    polycomp honours (the thread count, the CPU provider, terminate) is honoured and every
-    other changed setting warns (ort_options.py)."""
+    ``sess_options``, ``providers``, ``provider_options`` and ``run_options``, polycomp
+    honours the thread count, the CPU provider and ``terminate``; every other setting
+    changed from onnxruntime's default warns (ort_options.py)."""
 
     def __init__(self, path_or_bytes: object, sess_options: object = None,
                  providers: object = None, provider_options: object = None,
