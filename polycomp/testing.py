@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +23,7 @@ import numpy as np
 
 from .build import compiler_command
 from .errors import ArgumentError, CompilerError
+from .fuzzing.oracle import OracleError, call_c
 from .ir import Interface, ScalarArg, TensorArg
 from .runtime import SCALAR_CTYPES, Definition, Kernel
 from .options import Options
@@ -144,25 +142,16 @@ def run_c(text: str, function: str, interface: Interface, args: Sequence[object]
     """Compile ``text`` as it is (after ``C_PRELUDE``) into a shared library with
     polycomp's C compiler ($CC, else gcc) and ``cflags``, and call ``function`` on
     ``args``: arrays are updated in place. ``interface`` gives the ctypes of the
-    arguments only; no polycomp stage touches the code."""
+    arguments only; no polycomp stage touches the code (fuzzing.oracle.call_c)."""
     compiler, _ = compiler_command(Options())
-    workdir = tempfile.mkdtemp(prefix="polycomp-c-oracle-")
+    argtypes = [ctypes.c_void_p if isinstance(spec, TensorArg) else SCALAR_CTYPES[spec.dtype]
+                for spec in interface.inputs]
     try:
-        path, library = os.path.join(workdir, "oracle.c"), os.path.join(workdir, "oracle.so")
-        with open(path, "w") as f:
-            f.write(C_PRELUDE + text)
-        done = subprocess.run([*compiler, *cflags, "-shared", "-fPIC", "-o", library, path,
-                               "-lm"], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise CompilerError(f"the oracle's C does not compile:\n{done.stderr[-2000:]}",
-                                hint="the text must be plain C as the compiler reads it")
-        entry = getattr(ctypes.CDLL(library), function)
-        entry.restype = None
-        entry.argtypes = [ctypes.c_void_p if isinstance(spec, TensorArg) else
-                          SCALAR_CTYPES[spec.dtype] for spec in interface.inputs]
-        entry(*[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        call_c(compiler, [*cflags, "-shared", "-fPIC"], C_PRELUDE + text, function, argtypes,
+               list(args))
+    except OracleError as exc:
+        raise CompilerError(f"the oracle's C does not compile:\n{exc}",
+                            hint="the text must be plain C as the compiler reads it") from None
 
 
 def c_oracle(text: str, definition: Definition,

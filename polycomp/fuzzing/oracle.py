@@ -56,20 +56,29 @@ def copy_arguments(args: list[object]) -> list[object]:
 
 def run_gcc(source: str, function: str, specs: list[ArgSpec], args: list[object]) -> None:
     """Compile ``source`` with gcc -O0 and call ``function`` on ``args`` (updated in place)."""
-    workdir = tempfile.mkdtemp(prefix="polycomp-fuzz-oracle-")
+    call_c(os.environ.get("CC", "gcc").split(), ORACLE_FLAGS, PRELUDE + source, function,
+           [ctypes.c_void_p if s.kind == "array" else SCALAR_CTYPES[s.dtype] for s in specs],
+           args)
+
+
+def call_c(compiler: list[str], flags: tuple[str, ...] | list[str], source: str,
+           function: str, argtypes: list[object], args: list[object]) -> None:
+    """Compile ``source`` as it is into a shared library with ``compiler`` and ``flags``
+    (which must make one: -shared -fPIC), and call ``function`` with ``argtypes`` on
+    ``args``: arrays pass their data pointer and are updated in place. OracleError with
+    the compiler's words when it rejects the text. Also polycomp.testing's C oracle."""
+    workdir = tempfile.mkdtemp(prefix="polycomp-c-oracle-")
     try:
         path, lib = os.path.join(workdir, "oracle.c"), os.path.join(workdir, "oracle.so")
         with open(path, "w") as f:
-            f.write(PRELUDE + source)
-        cc = os.environ.get("CC", "gcc").split()
-        done = subprocess.run([*cc, *ORACLE_FLAGS, "-o", lib, path, "-lm"],
+            f.write(source)
+        done = subprocess.run([*compiler, *flags, "-o", lib, path, "-lm"],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise OracleError(done.stderr.strip()[-2000:])
         entry = getattr(ctypes.CDLL(lib), function)
         entry.restype = None
-        entry.argtypes = [ctypes.c_void_p if s.kind == "array" else SCALAR_CTYPES[s.dtype]
-                          for s in specs]
+        entry.argtypes = argtypes
         entry(*[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
