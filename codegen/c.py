@@ -30,6 +30,8 @@ Hooks a dialect overrides (each defaults to plain sequential C):
   is the vector loop, guards inside it);
 - ``accumulator(stmt, target)``: the text a statement updates instead of its target
   (OpenMP: simd reduction locals, promoted registers);
+- ``override_values(stmt, call, printer)``: texts for nodes of a statement's expression
+  (OpenMP: vector loads in a register tile, codegen/vector_tile.py);
 - ``set_status(value)``: the statements that record a status where threads may race.
 """
 
@@ -247,12 +249,18 @@ class CPrinter:
             if len(indices) == len(exprs):
                 for index, expr in zip(indices, exprs):
                     printer.overrides[id(index)] = self._expr(expr)
+        self.override_values(stmt, call, printer)
         return statement(stmt, printer, self)
 
     # ------------------------------------------------------------------ dialect hooks
     def accumulator(self, stmt: Statement, target: str) -> str:
         """The text ``stmt`` updates in place of its target's text ``target``."""
         return target
+
+    def override_values(self, stmt: Statement, call: isl.AstExpr,
+                        printer: ValuePrinter) -> None:
+        """Set ``printer.overrides`` for the call ``call`` of ``stmt`` (a dialect's
+        vector loads); by default nothing."""
 
     def set_status(self, value: str) -> list[c.Generable]:
         """The statements that set the entry's status to ``value``."""

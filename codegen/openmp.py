@@ -55,17 +55,18 @@ from collections.abc import Callable
 import cgen as c
 import islpy as isl
 
+from polycomp import expr as E
 from polycomp import islutil as U
 from polycomp.errors import InternalError
 from polycomp.ir import Program, Statement
 from polycomp.options import Options
 from polycomp.scheduler import tree as T  # mark names
 
-from . import promote
+from . import promote, vector_tile
 from .ast import build_ast
 from .c import (STATUS, CPrinter, declarator, entry_arguments, entry_name, has_loop,
                 mark_user, marked_loop)
-from .cexpr import CTYPES, PRIMARY, VECTOR_MATH, Helpers
+from .cexpr import CTYPES, PRIMARY, VECTOR_MATH, Helpers, Text
 from .names import c_name
 from .source import CArgument, Source
 
@@ -159,6 +160,11 @@ class OpenMPPrinter(CPrinter):
         self.promotion: promote.Nest | None = None
         self.promoted: dict[str, tuple[str, str]] = {}
         self.n_promoted = 0
+        # a promoted nest printed as a vector register tile (codegen/vector_tile.py): the
+        # lanes per vector (None: local arrays) and the lane chunk being printed
+        self.tile_lanes: int | None = None
+        self.tile_chunk = 0
+        self.tile_marked = False  # printing the tile's innermost loop (its marker is out)
 
     def _for_node(self, node: isl.AstNode) -> c.Generable:
         if not (self.in_region or self.in_parallel_loop) and shares_one_region(node):
@@ -192,6 +198,15 @@ class OpenMPPrinter(CPrinter):
                 if promoted is not None:
                     return promoted
         it = node.for_get_iterator().get_id().get_name()
+        if (self.tile_lanes is not None and not self.tile_marked and pragma is None
+                and body is None and it == _iterator(self.promotion.loops[-1])):
+            # the tile's innermost reduction loop, for polycomp/machine_code.py to judge
+            self.tile_marked = True
+            try:
+                loop = self._for(node)
+            finally:
+                self.tile_marked = False
+            return c.Collection([c.Line(vector_tile.MARKER), loop])
         # below a parallel loop every thread runs its own iterations: no worksharing there
         saved = self.in_region, self.in_parallel_loop
         if pragma is not None and not pragma.startswith("omp simd"):
@@ -210,6 +225,9 @@ class OpenMPPrinter(CPrinter):
         if name not in PRAGMAS:
             return super()._loop_mark(name, mark, loop)
         pragma = PRAGMAS[name]
+        if name == T.MARK_VECTOR and self.promotion is not None and \
+                _iterator(loop) == self.promotion.iterator and self.tile_lanes is not None:
+            return self._lane_chunks(loop)
         if name == T.MARK_VECTOR:
             return self._vector_for(loop, pragma + simdlen(mark), vector_reductions(mark))
         if self.in_region:
@@ -258,16 +276,29 @@ class OpenMPPrinter(CPrinter):
                for target, (name, _, _) in accumulators.items()]))
 
     def _promoted(self, node: isl.AstNode, nest: promote.Nest) -> c.Generable | None:
-        """The nest at ``node`` with its reduction targets in local arrays, loaded
-        before it and stored after it (codegen/promote.py); None when the targets' texts
-        do not match promote's count of distinct targets (then nothing is promoted)."""
-        saved = self.promotion, self.promoted, self.n_promoted
-        self.promotion, self.promoted = nest, {}
+        """The nest at ``node`` with its reduction targets in registers, loaded before it
+        and stored after it (codegen/promote.py): named vector variables where
+        codegen/vector_tile.py can print the nest as a register tile, else local arrays;
+        None when the targets' texts do not match promote's count of distinct targets
+        (then nothing is promoted)."""
+        lanes = vector_tile.lanes([self.statements[s] for s in nest.statements],
+                                  nest.first, nest.last)
+        if lanes is not None:
+            try:
+                return self._promoted_as(node, nest, lanes)
+            except vector_tile.NotVector:
+                pass  # the same nest with local arrays
+        return self._promoted_as(node, nest, None)
+
+    def _promoted_as(self, node: isl.AstNode, nest: promote.Nest,
+                     lanes: int | None) -> c.Generable | None:
+        saved = self.promotion, self.promoted, self.n_promoted, self.tile_lanes
+        self.promotion, self.promoted, self.tile_lanes = nest, {}, lanes
         try:
             loop = self._for(node)
             promoted = self.promoted
         finally:
-            self.promotion, self.promoted, self.n_promoted = saved
+            self.promotion, self.promoted, self.n_promoted, self.tile_lanes = saved
         if len(promoted) != nest.targets:
             return None
         self.n_promoted += len(promoted)
@@ -278,15 +309,77 @@ class OpenMPPrinter(CPrinter):
             re.sub(rf"\b{re.escape(loop.for_get_iterator().get_id().get_name())}\b",
                    self._expr(loop.for_get_init()).at(PRIMARY),
                    self._expr(loop.for_get_cond()).code) for loop in nest.loops)
-        lanes = f"for (long {it} = {first}; {it} <= {last}; {it} += 1)"
+        if lanes is not None:
+            return self._tile_block(nest, promoted, lanes, runs, loop)
+        lanes_loop = f"for (long {it} = {first}; {it} <= {last}; {it} += 1)"
         load = " ".join(f"{local}[{it} - {first}] = {target};"
                         for target, (local, _) in promoted.items())
         store = " ".join(f"{target} = {local}[{it} - {first}];"
                          for target, (local, _) in promoted.items())
         return c.Block(
             [c.Line(f"{ctype} {local}[{last - first + 1}];") for local, ctype in promoted.values()]
-            + [c.If(runs, c.Line(f"{lanes} {{ {load} }}")), loop,
-               c.If(runs, c.Line(f"{lanes} {{ {store} }}"))])
+            + [c.If(runs, c.Line(f"{lanes_loop} {{ {load} }}")), loop,
+               c.If(runs, c.Line(f"{lanes_loop} {{ {store} }}"))])
+
+    def _tile_block(self, nest: promote.Nest, promoted: dict[str, tuple[str, str]],
+                    lanes: int, runs: str, loop: c.Generable) -> c.Generable:
+        """A vector register tile: a vector variable per target and lane chunk, loaded
+        before the nest and stored after it (codegen/vector_tile.py)."""
+        dtype = self.statements[next(iter(nest.statements))].target.dtype
+        vtype, load, store = vector_tile.vector_type(dtype, lanes, self.helpers)
+        chunks = range((nest.last - nest.first + 1) // lanes)
+        it = nest.iterator
+        names = [f"{local}_{j}" for local, _ in promoted.values() for j in chunks]
+        loads, stores = [], []
+        for j in chunks:
+            lane = f"const long {it} = {nest.first + j * lanes};"
+            loads.append(c.Line("{ " + lane + " " + " ".join(
+                f"{local}_{j} = {load}(&{target});" for target, (local, _) in promoted.items())
+                + " }"))
+            stores.append(c.Line("{ " + lane + " " + " ".join(
+                f"{store}(&{target}, {local}_{j});" for target, (local, _) in promoted.items())
+                + " }"))
+        return c.Block(
+            [c.Line(f"{vtype} {', '.join(names)};")]
+            + [c.If(runs, c.Block(loads)), loop, c.If(runs, c.Block(stores))])
+
+    def _lane_chunks(self, loop: isl.AstNode) -> c.Generable:
+        """The vector loop of a register tile: its body once per lane chunk, the loop's
+        iterator a constant (the chunk's first lane) in each, interleaved statement by
+        statement (chunks innermost: the broadcast a statement shares with the other
+        chunks is used by consecutive FMAs, then dead)."""
+        nest, lanes = self.promotion, self.tile_lanes
+        it = nest.iterator
+        chunks = []
+        saved = self.tile_chunk
+        self.scope.append(it)
+        try:
+            for j in range((nest.last - nest.first + 1) // lanes):
+                self.tile_chunk = j
+                chunks.append(_flat(self._scoped(lambda: self.emit(loop.for_get_body()))))
+        finally:
+            self.scope.pop()
+            self.tile_chunk = saved
+        if any(len(body) != len(chunks[0]) for body in chunks):
+            raise vector_tile.NotVector("the lane chunks differ")
+        return c.Block([c.Block([c.Line(f"const long {it} = {nest.first + j * lanes};"),
+                                 body[k]])
+                        for k in range(len(chunks[0])) for j, body in enumerate(chunks)])
+
+    def override_values(self, stmt: Statement, call: isl.AstExpr, printer) -> None:
+        """In a register tile: each read that moves along the lanes is a vector load at
+        the chunk's first lane (codegen/vector_tile.py); reads that stay are scalars,
+        which the vector arithmetic broadcasts."""
+        if self.tile_lanes is None or stmt.name not in self.promotion.statements:
+            return
+        steps = vector_tile.lane_steps(call, stmt, self.program, tuple(self.scope),
+                                       self.promotion.iterator)
+        _, load, _ = vector_tile.vector_type(stmt.target.dtype, self.tile_lanes, self.helpers)
+        for access, step in zip(E.accesses(stmt.expr), steps):
+            if step == 1:
+                name = self.arrays[access.array][0]
+                printer.overrides[id(access)] = Text(
+                    f"{load}(&{name}[{printer.linear_index(access).code}])")
 
     def accumulator(self, stmt: Statement, target: str) -> str:
         """The local that accumulates ``target`` in the enclosing simd loop (or in the
@@ -296,6 +389,8 @@ class OpenMPPrinter(CPrinter):
             if target not in self.promoted:
                 self.promoted[target] = (f"polycomp_reg{self.n_promoted + len(self.promoted)}",
                                          CTYPES[stmt.target.dtype])
+            if self.tile_lanes is not None:
+                return f"{self.promoted[target][0]}_{self.tile_chunk}"
             return f"{self.promoted[target][0]}[{self.promotion.iterator} - {self.promotion.first}]"
         if (self.vector_loop is None or stmt.name not in self.vector_reductions
                 or stmt.reduction not in REDUCTION_CLAUSE):
@@ -332,6 +427,17 @@ class OpenMPPrinter(CPrinter):
         # the body's status (1 gather, 2 division: codegen/cexpr.py) becomes the caller's
         return c.Block([c.Line(f"int {STATUS}_body = {call};"),
                         c.If(f"{STATUS}_body", c.Block(self.set_status(f"{STATUS}_body")))])
+
+
+def _flat(node: c.Generable) -> list[c.Generable]:
+    """The statements of nested blocks, in order."""
+    if type(node) is c.Block:
+        return [s for child in node.contents for s in _flat(child)]
+    return [node]
+
+
+def _iterator(loop: isl.AstNode) -> str:
+    return loop.for_get_iterator().get_id().get_name()
 
 
 def shares_one_region(node: isl.AstNode) -> bool:

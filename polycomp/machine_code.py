@@ -44,7 +44,10 @@ class PerformanceWarning(UserWarning):
 #: the flag every build adds for line tables (no effect on the instructions)
 LINE_TABLE_FLAG = "-g1"
 
-_SIMD = re.compile(r"^\s*#\s*pragma\s+omp\s+(?:parallel\s+for\s+)?simd\b")
+# a loop the schedule marks vector: ``omp simd``, or the innermost loop of a register tile
+# printed with vector variables (codegen/vector_tile.MARKER)
+_SIMD = re.compile(r"^\s*(?:#\s*pragma\s+omp\s+(?:parallel\s+for\s+)?simd\b"
+                   r"|/\* polycomp: register tile \*/)")
 _FOR = re.compile(r"^(\s*)for\s*\(")
 _FUNCTION = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([A-Za-z_]\w*)\s*\(")
 # objdump -d --line-numbers: a function, a source position, an instruction

@@ -64,9 +64,41 @@ MAX_UNROLLED = 2
 
 # ----------------------------------------------------------------------------- the machine
 
+# what a data cache of each level may plausibly hold per core, in bytes; sysfs outside
+# these bounds is clamped into them. Virtual machines report what the host's hypervisor
+# passes through: this project's machines say 480 MiB of L3 (a whole host's, or none),
+# and blocking for that would make tiles that fit no cache. Clamping also keeps the
+# tiles (and the tuning signature) the same on machines of one type whose hypervisors
+# report their shared caches differently.
+CACHE_BOUNDS = {1: (16 * 1024, 128 * 1024), 2: (256 * 1024, 8 * 1024 ** 2),
+                3: (2 * 1024 ** 2, 64 * 1024 ** 2)}
+
+
 @functools.lru_cache(maxsize=1)
 def cache_sizes() -> dict[int, int]:
-    """Data cache capacity in bytes by level, from sysfs (32K L1 / 1M L2 if unreadable)."""
+    """Data cache capacity in bytes by level, from sysfs (32K L1 / 1M L2 if unreadable),
+    sanity-checked (``sane_cache_sizes``)."""
+    return sane_cache_sizes(_sysfs_cache_sizes())
+
+
+def sane_cache_sizes(reported: dict[int, int]) -> dict[int, int]:
+    """The levels L1 and L2 always (FALLBACK_CACHES where missing), each reported size
+    clamped into CACHE_BOUNDS, and each level at least as large as the one below it."""
+    sizes = {level: reported.get(level, default) for level, default in FALLBACK_CACHES.items()}
+    sizes |= {level: s for level, s in reported.items() if level not in FALLBACK_CACHES}
+    out: dict[int, int] = {}
+    for level in sorted(sizes):
+        low, high = CACHE_BOUNDS.get(level, (0, None))
+        size = max(sizes[level], low)
+        if high is not None:
+            size = min(size, high)
+        if out:
+            size = max(size, out[max(out)])
+        out[level] = size
+    return out
+
+
+def _sysfs_cache_sizes() -> dict[int, int]:
     sizes: dict[int, int] = {}
     try:
         entries = sorted(os.listdir(SYSFS_CACHE))
@@ -84,8 +116,7 @@ def cache_sizes() -> dict[int, int]:
             continue
         if kind in ("Data", "Unified") and level not in sizes:
             sizes[level] = size
-    return {level: sizes.get(level, default) for level, default in FALLBACK_CACHES.items()} | {
-        level: s for level, s in sizes.items() if level not in FALLBACK_CACHES}
+    return sizes
 
 
 def _read(directory: str, name: str) -> str:

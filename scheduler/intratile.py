@@ -66,6 +66,7 @@ from polycomp.ir import Program
 from polycomp.options import Options, configure_isl
 
 from . import cache_model as CM
+from . import register_tile as RT
 from . import tree as T
 from .dependences import Dependences
 from .legality import carried_by_member, vector_reduction_ok, violated
@@ -81,14 +82,21 @@ VectorTest = Callable[[isl.ScheduleNode, int], bool]
 
 @dataclass(frozen=True)
 class Plan:
-    """The new band: ``outer`` members (strip members of unrolled ones as floor(m/f)),
-    then ``innermost``, then the unrolled point members (m mod f)."""
+    """The new band: ``outer`` members (strip members of unrolled ones as floor(m/f);
+    the innermost member, when it appears there, as floor(m/strip)), then ``innermost``
+    (m mod strip when strip-mined), then the unrolled point members (m mod f). ``factors``
+    gives each unrolled member its own factor (a register tile); else all take ``factor``."""
 
     outer: tuple[int, ...]
     innermost: int
     unrolled: tuple[int, ...]
     factor: int
     simd: bool
+    factors: tuple[int, ...] = ()
+    strip: int = 1
+
+    def factor_of(self, m: int) -> int:
+        return self.factors[self.unrolled.index(m)] if self.factors else self.factor
 
 
 def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
@@ -235,7 +243,13 @@ def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
             return distributed
     if plan is None:
         return node
-    node = apply_plan(node, plan, deps, CM.simd_lanes(_vector_itemsize(node, program, plan)))
+    lanes = CM.simd_lanes(_vector_itemsize(node, program, plan))
+    try:
+        node = apply_plan(node, plan, deps, lanes)
+    except IsolationOutOfBudget:
+        # zfnet's 7x7/2 conv: 2 x 8 pixels left guards in every copy, 52 ms against 2
+        plan = plan_band(node, program, deps, options, vector, prefer, register_tiles=False)
+        node = apply_plan(node, plan, deps, lanes)
     while node.get_tree_depth() > depth:
         node = node.parent()
     return node
@@ -302,7 +316,7 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program, deps: isl.Uni
 
 def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
               options: Options, vector: VectorTest | None = None,
-              prefer: int | None = None) -> Plan | None:
+              prefer: int | None = None, register_tiles: bool = True) -> Plan | None:
     n = node.band_n_member()
     pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
     extents = band_extents(node)
@@ -334,12 +348,72 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
         choice = Plan(rest(c) if permutable else tuple(range(c)), c, (), 1, False)
     if not options.vectorize:
         choice = Plan(choice.outer, choice.innermost, (), 1, False)
+    if options.unroll >= 2 and permutable and choice.simd and register_tiles:
+        tiled = _register_tile_plan(node, program, choice, refs, extents, loops, deps,
+                                    vector)
+        if tiled is not None:
+            return tiled
     if options.unroll >= 2 and permutable:
         choice = _add_unroll(node, choice, refs, extents, loops, deps, options.unroll,
                              vector)
     if not choice.simd and not choice.unrolled and not permutable:
         return None
     return choice
+
+
+def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
+                        refs: list[CM.Reference], extents: list[int | None],
+                        loops: list[int], deps: isl.UnionMap,
+                        vector: VectorTest | None = None) -> Plan | None:
+    """A contraction's register tile (scheduler/register_tile.py): the band of one ``+``
+    reduction whose target stays in place along some member gets those reduction members
+    just above the vector loop, its vector member strip-mined to the tile's vectors and
+    the members the register model picks unrolled by their own factors inside it, so
+    that codegen/promote.py keeps every accumulator in a register across the reduction
+    loops and codegen/vector_tile.py prints them as vector variables. None when the band
+    is not such a contraction, the program is parametric, or no tile fits (the plain
+    unroll-and-jam then applies)."""
+    domains = U.sets_of(node.get_domain())
+    if len(domains) != 1 or program.params or any(extents[m] is None for m in loops):
+        # parametric programs: the isolated full register tiles made isl's AST of matmul
+        # too costly to check (over 32M operations), and the kernel fell back to the
+        # original order; they keep the plain unroll-and-jam
+        return None
+    try:
+        stmt = program.statement(domains[0].get_tuple_name())
+    except KeyError:
+        return None
+    write = [r for r in refs if r.write]
+    if stmt.reduction != "+" or len(write) != 1:
+        return None
+    c = plan.innermost
+    reductions = [m for m in loops if m != c and write[0].invariant(m)]
+    if not reductions or write[0].invariant(c):
+        return None
+    candidates = [m for m in loops if m != c and m not in reductions
+                  and carried_by_member(node, m, deps).is_empty()]
+    lanes = CM.simd_lanes(_vector_itemsize(node, program, plan))
+    tile = RT.choose(refs, c, candidates, extents, lanes)
+    if tile is None:
+        return None
+    factors = dict(tile.factors)
+    width = tile.vectors * lanes
+    strip = width if extents[c] is None or extents[c] > width else 1
+    n = node.band_n_member()
+    others = [m for m in range(n) if m not in reductions and (m != c or strip > 1)]
+    # rows first (members the vector operands stay in place along), then columns: each
+    # broadcast is then used by consecutive copies and dies, and the register file holds
+    # the accumulators, the vector operands and one broadcast (register_tile's model)
+    operands = [r for r in refs if not r.write and not r.invariant(c)
+                and not (r.array == write[0].array and r.steps == write[0].steps)]
+    unrolled = tuple(sorted((m for m in range(n) if m in factors),
+                            key=lambda m: (any(not r.invariant(m) for r in operands), m)))
+    candidate = Plan(tuple(others + [m for m in range(n) if m in reductions]), c, unrolled,
+                     max(factors.values(), default=1), True,
+                     tuple(factors[m] for m in unrolled), strip)
+    if not _simd_legal(node, candidate, deps, True, vector):
+        return None
+    return candidate
 
 
 def _vector_rank(refs: list[CM.Reference], m: int) -> tuple:
@@ -408,14 +482,22 @@ def _simd_legal(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
 def plan_schedule(node: isl.ScheduleNode, plan: Plan) -> isl.MultiUnionPwAff:
     """The partial schedule of the planned band."""
     mupa = node.band_get_partial_schedule()
-    factor = isl.Val.int_from_si(U.CTX, plan.factor)
+
+    def val(f: int) -> isl.Val:
+        return isl.Val.int_from_si(U.CTX, f)
     members = []
     for m in plan.outer:
         upa = mupa.get_at(m)
-        members.append(upa.scale_down_val(factor).floor() if m in plan.unrolled else upa)
-    members.append(mupa.get_at(plan.innermost))
-    members += [mupa.get_at(m).mod_val(factor) for m in plan.unrolled]
-    if not plan.unrolled and len(plan.outer) + 1 == mupa.get_space().dim(isl.dim_type.set):
+        if m == plan.innermost:
+            upa = upa.scale_down_val(val(plan.strip)).floor()
+        elif m in plan.unrolled:
+            upa = upa.scale_down_val(val(plan.factor_of(m))).floor()
+        members.append(upa)
+    inner = mupa.get_at(plan.innermost)
+    members.append(inner.mod_val(val(plan.strip)) if plan.strip > 1 else inner)
+    members += [mupa.get_at(m).mod_val(val(plan.factor_of(m))) for m in plan.unrolled]
+    if (not plan.unrolled and plan.strip == 1
+            and len(plan.outer) + 1 == mupa.get_space().dim(isl.dim_type.set)):
         space = mupa.get_space()
     else:
         space = isl.Space.set_alloc(U.CTX, 0, len(members)).align_params(mupa.get_space())
@@ -430,7 +512,7 @@ def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
     """Rewrite the band as planned: [outer] / mark simd / [innermost] / [unrolled]."""
     n = node.band_n_member()
     identity = plan.outer == tuple(range(n - 1)) and plan.innermost == n - 1
-    if not identity or plan.unrolled:
+    if not identity or plan.unrolled or plan.strip > 1:
         node = replace_band(node, plan_schedule(node, plan), deps,
                             bool(node.band_get_permutable()) or n == 1)
     if not plan.simd and not plan.unrolled:
@@ -450,7 +532,9 @@ def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
             outer = outer.band_split(1).child(0)
             n_outer -= 1
             node = outer.child(0)
-        full = (_full_register_tiles(node.child(0), n_outer, plan.factor)
+        full = (_full_register_tiles(node.child(0), n_outer,
+                                     [plan.factor_of(m) for m in plan.unrolled], plan.strip,
+                                     strict=bool(plan.factors))
                 if n_outer and not T.is_mark(outer.parent(), T.MARK_PARALLEL) else None)
         if full is not None:
             node = outer.band_set_ast_build_options(isl.UnionSet(full)).child(0)
@@ -467,20 +551,40 @@ ISOLATE_OPERATIONS = 200_000
 
 
 def _full_register_tiles(unrolled: isl.ScheduleNode, n_outer: int,
-                         factor: int) -> isl.Set | None:
-    """``_isolate_set`` within ISOLATE_OPERATIONS isl operations, else None."""
+                         factors: list[int], strip: int = 1,
+                         strict: bool = False) -> isl.Set | None:
+    """``_isolate_set`` within ISOLATE_OPERATIONS isl operations, else None (``strict``:
+    else IsolationOutOfBudget)."""
     configure_isl()
-    return U.within_operations(ISOLATE_OPERATIONS,
-                               lambda: _isolate_set(unrolled, n_outer, factor))
+    done = []
+
+    def isolate() -> isl.Set | None:
+        result = _isolate_set(unrolled, n_outer, factors, strip)
+        done.append(True)
+        return result
+    result = U.within_operations(ISOLATE_OPERATIONS, isolate)
+    if not done and strict:
+        raise IsolationOutOfBudget  # a register tile's plan: the caller plans without it
+    return result
+
+
+class IsolationOutOfBudget(Exception):
+    """The full register tiles of a planned register tile (scheduler/register_tile.py)
+    took more than ISOLATE_OPERATIONS to find: its partial tiles would guard every copy,
+    and no accumulator would stay in a register."""
 
 
 def _isolate_set(unrolled: isl.ScheduleNode, n_outer: int,
-                 factor: int) -> isl.Set | None:
+                 factors: list[int], strip: int = 1) -> isl.Set | None:
     """The isolate option for the band above the SIMD loop: the values of its prefix p and
     members m for which every unrolled copy exists,
 
-        isolate[[p] -> [m]] :  for all c (the SIMD loop) and u in [0, factor)^k,
-                               (p, m, c) scheduled  =>  (p, m, c, u) scheduled
+        isolate[[p] -> [m]] :  for all c (the SIMD loop) and u in the box of the
+                               factors, (p, m, c) scheduled  =>  (p, m, c, u) scheduled
+
+    and, when the SIMD member is strip-mined (a register tile ``strip`` lanes wide), for
+    every c in [0, strip) too: codegen/promote.py keeps a tile in registers only when its
+    vector loop has constant bounds.
 
     isl then writes these register tiles apart from the partial ones, without the guards
     that would otherwise sit in every copy inside the vector loop. None when every register
@@ -501,8 +605,15 @@ def _isolate_set(unrolled: isl.ScheduleNode, n_outer: int,
     box = isl.Set.universe(isl.Space.set_alloc(U.CTX, 0, n_unrolled))
     for k in range(n_unrolled):
         box = box.lower_bound_val(isl.dim_type.set, k, isl.Val.zero(U.CTX))
-        box = box.upper_bound_val(isl.dim_type.set, k, isl.Val.int_from_si(U.CTX, factor - 1))
+        box = box.upper_bound_val(isl.dim_type.set, k,
+                                  isl.Val.int_from_si(U.CTX, factors[k] - 1))
     loops = scheduled.domain()
+    if strip > 1:
+        lanes = isl.Set.universe(isl.Space.set_alloc(U.CTX, 0, 1))
+        lanes = lanes.lower_bound_val(isl.dim_type.set, 0, isl.Val.zero(U.CTX))
+        lanes = lanes.upper_bound_val(isl.dim_type.set, 0, isl.Val.int_from_si(U.CTX, strip - 1))
+        loops = loops.project_out(isl.dim_type.set, n_pm, 1).flat_product(
+            lanes.align_params(loops.get_space()))
     wanted = loops.flat_product(box.align_params(loops.get_space()))
     missing = wanted.subtract(scheduled.wrap().flatten())
     if missing.is_empty():

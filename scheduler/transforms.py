@@ -38,9 +38,24 @@ from .legality import check_schedule
 Selector = int | str
 
 
+def _without_build_options(schedule: isl.Schedule) -> isl.Schedule:
+    """The tree with no band's AST build options (isolate, separate: code shape only)."""
+
+    def clear(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if T.is_band(node) and not node.band_get_ast_build_options().is_empty():
+            space = node.band_get_ast_build_options().get_space()
+            node = node.band_set_ast_build_options(isl.UnionSet.empty(space))
+        return node
+
+    return schedule.map_schedule_node_bottom_up(clear)
+
+
 class ScheduleEditor:
     def __init__(self, schedule: isl.Schedule, deps: Dependences):
-        self.schedule = T.canonical_marks(schedule)  # a tree with omp_* marks reads as ever
+        # a tree with omp_* marks reads as ever; the isolate options the intra-tile pass
+        # gives its register tiles are hints for isl's AST generator about the tree as
+        # it was, and they anchor the subtree: isl refuses to tile a band above them
+        self.schedule = _without_build_options(T.canonical_marks(schedule))
         self.deps = deps
 
     # ------------------------------------------------------------------ finding bands

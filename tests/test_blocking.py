@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import polycomp
+from polycomp.codegen import vector_tile as VT
 from polycomp.scheduler import cache_model as CM
 
 LANES = CM.simd_lanes(4)
@@ -127,21 +128,20 @@ def test_what_is_not_blocked():
 
 @pytest.mark.needs_cc
 def test_blocked_conv_vectorises_the_channel_block_with_promoted_accumulators():
-    """Schedule quality: a simd loop over the LANES channels of a block, whose body
-    updates several promoted accumulators (the jammed register tile), and no store of
-    the blocked output inside the reduction loops."""
+    """Schedule quality: a register tile over the LANES channels of a block
+    (codegen/vector_tile.py), whose reduction loop updates several vector accumulators,
+    and no store of the blocked output inside it."""
     sizes = conv_case(np.random.default_rng(0), 16, 2 * LANES, 3, 1, 1, 12)[2]
     text = polycomp.compile(conv_tc(out=12)).specialize(sizes).compiled.source.text
     lines = [ln.strip() for ln in text.splitlines()]
-    loops = [k for k, ln in enumerate(lines) if ln.startswith("#pragma omp simd")
-             and re.match(rf"for \(long (c\d+) = 0; \1 <= {LANES - 1}; \1 \+= 1\)", lines[k + 1])]
-    updates = [sum(1 for ln in lines[k + 2:k + 80] if re.match(r"polycomp_reg\d+\[.*\] \+=", ln))
-               for k in loops]
-    assert updates and max(updates) >= 4, "no simd loop over a channel block with a register tile"
+    tiles = [k for k, ln in enumerate(lines) if ln == VT.MARKER]
+    updates = [sum(1 for ln in lines[k + 2:k + 80] if re.match(r"polycomp_reg\d+_\d+ \+=", ln))
+               for k in tiles]
+    assert updates and max(updates) >= 4, "no register tile over a channel block"
+    assert f"polycomp_v{LANES}sf" in text  # one vector per channel block
     # the blocked accumulator is loaded and stored around the reduction, not in it
-    body = lines[loops[updates.index(max(updates))] + 2:]
+    body = lines[tiles[updates.index(max(updates))] + 1:]
     assert not any(re.match(r"O_blocked\[.*\] \+=", ln) for ln in body[:40])
-
 
 @pytest.mark.needs_cc
 @pytest.mark.parametrize("scheduler", ["pluto", "isl"])

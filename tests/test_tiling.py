@@ -6,6 +6,8 @@ import re
 import islpy as isl
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import polycomp
 from polycomp.options import Options, configure_isl
@@ -181,6 +183,25 @@ def test_cache_sizes_fall_back_when_sysfs_is_unreadable(monkeypatch):
         CM.cache_sizes.cache_clear()
     assert CM._parse_size("48K") == 48 * 1024 and CM._parse_size("2048K") == 2 * 1024 ** 2
     assert CM._parse_size("1M") == 1024 ** 2
+
+
+def test_cache_sizes_a_vm_reports_are_clamped():
+    # this project's VMs report a 480 MiB L3: tiles are never blocked for it
+    sizes = CM.sane_cache_sizes({1: 48 * 1024, 2: 2 * 1024 ** 2, 3: 480 * 1024 ** 2})
+    assert sizes == {1: 48 * 1024, 2: 2 * 1024 ** 2, 3: CM.CACHE_BOUNDS[3][1]}
+    assert CM.sane_cache_sizes({1: 1024}) == {1: CM.CACHE_BOUNDS[1][0], 2: 1024 ** 2}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(st.integers(1, 3), st.integers(0, 2 ** 34), max_size=3))
+def test_sane_cache_sizes_are_bounded_and_grow_by_level(reported):
+    sizes = CM.sane_cache_sizes(reported)
+    assert {1, 2} <= set(sizes) and set(reported) <= set(sizes)
+    levels = sorted(sizes)
+    assert all(sizes[a] <= sizes[b] for a, b in zip(levels, levels[1:]))
+    for level, size in sizes.items():
+        low, high = CM.CACHE_BOUNDS[level]
+        assert low <= size <= high  # the bounds themselves grow by level
 
 
 def test_matmul_footprint_is_the_sum_of_its_three_tiles():

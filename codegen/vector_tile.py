@@ -1,0 +1,161 @@
+"""Explicit vector register tiles: a promoted nest printed with named vector variables.
+
+Place in the pipeline: inside the OpenMP printer (codegen/openmp.py), for a nest that
+codegen/promote.py found promotable. Where promotion alone gives gcc local *arrays* to
+keep in registers (it does for one vector of 16 lanes, and stops doing it somewhere past
+that: 6 rows x 64 columns of a matmul tile went back to memory), this module's printing
+leaves gcc nothing to decide: every lane chunk of every target is a named variable of a
+GCC vector type (``float __attribute__((vector_size(64)))`` with AVX-512), the operand
+that moves along the lanes is one unaligned vector load, the one that does not is a
+scalar that the vector arithmetic broadcasts, and the vector loop itself is gone:
+
+    polycomp_v16sf polycomp_reg0_0, polycomp_reg0_1, ...;    (targets x lane chunks)
+    load every target chunk
+    /* polycomp: register tile */
+    for (long c2 = ...) {                                     (the reduction loops)
+      { const long c4 = 0;  polycomp_reg0_0 += A[...] * polycomp_vload_v16sf(&B[...]); ... }
+      { const long c4 = 16; polycomp_reg0_1 += ...; ... }
+    }
+    store every target chunk
+
+The comment line is what polycomp/machine_code.py reads as a vector loop: the object
+code of the loop below it must be packed arithmetic.
+
+What is printed this way (``lanes``): a nest whose vector loop's extent is a multiple of
+the vector width for the statements' one floating-point type, whose statements are ``+=``
+reductions of expressions made of array reads, constants, scalars of that type, ``+``,
+``-``, ``*`` and negation. Per call (``lane_steps``), proved with isl on the call's
+iterator expressions: the target's element moves by one in its last index per lane
+(promote already proved each lane its own element), and every read either stays in place
+along the lanes or moves by one in its last index. Anything else raises NotVector, and
+the printer falls back to promote's local arrays (the same values either way: each lane
+accumulates in the same order).
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polycomp import expr as E
+from polycomp.ir import Program, Statement
+from polycomp.scheduler import cache_model as CM
+
+from . import verify as V
+from .cexpr import Helpers
+
+# element C type and size per dtype that a tile may hold
+ELEMENTS = {"float32": ("float", 4, "f"), "float64": ("double", 8, "d")}
+OPERATORS = ("add", "sub", "mul")
+# the comment that marks a register tile's innermost loop for polycomp/machine_code.py
+MARKER = "/* polycomp: register tile */"
+
+
+class NotVector(Exception):
+    """This nest is not printed as a vector register tile (the printer falls back)."""
+
+
+def lanes(statements: list[Statement], first: int, last: int,
+          width: int | None = None) -> int | None:
+    """The lanes per vector for a nest over these statements and lane bounds, or None
+    when it is not printed with vector variables (module doc). ``width``: the vector
+    register's bytes (default: this machine's widest, scheduler/cache_model.py)."""
+    dtypes = {s.target.dtype for s in statements}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in ELEMENTS:
+        return None
+    dtype = next(iter(dtypes))
+    n = (width or CM.simd_bytes()) // ELEMENTS[dtype][1]
+    if n < 2 or (last - first + 1) % n:
+        return None
+    for stmt in statements:
+        if stmt.reduction != "+" or not _simple(stmt.expr, dtype):
+            return None
+    return n
+
+
+def _simple(node: E.Expr, dtype: str) -> bool:
+    if isinstance(node, E.Access):
+        return node.dtype == dtype and not any(
+            isinstance(n, E.Access) for ix in node.indices for n in E.walk(ix))
+    if isinstance(node, (E.Const, E.Scalar)):
+        return node.dtype == dtype
+    if isinstance(node, E.Unary):
+        return node.op == "neg" and node.dtype == dtype and _simple(node.operand, dtype)
+    if isinstance(node, E.Binary):
+        return (node.op in OPERATORS and node.dtype == dtype
+                and _simple(node.lhs, dtype) and _simple(node.rhs, dtype))
+    return False
+
+
+def vector_type(dtype: str, n: int, helpers: Helpers) -> tuple[str, str, str]:
+    """(vector type, load function, store function) for ``n`` lanes of ``dtype``,
+    declared in ``helpers`` on first use. Loads and stores go through memcpy: no
+    alignment is assumed, and gcc emits one unaligned vector move for each."""
+    ctype, size, letter = ELEMENTS[dtype]
+    vtype = f"polycomp_v{n}s{letter}"
+    load, store = f"polycomp_vload_v{n}s{letter}", f"polycomp_vstore_v{n}s{letter}"
+    if vtype not in helpers.used:
+        helpers.used[vtype] = (
+            f"typedef {ctype} {vtype} __attribute__((vector_size({n * size})));\n"
+            f"static inline {vtype} {load}(const {ctype} *p) "
+            f"{{ {vtype} v; __builtin_memcpy(&v, p, sizeof v); return v; }}\n"
+            f"static inline void {store}({ctype} *p, {vtype} v) "
+            f"{{ __builtin_memcpy(p, &v, sizeof v); }}")
+    return vtype, load, store
+
+
+def lane_steps(call: isl.AstExpr, stmt: Statement, program: Program,
+               iterators: tuple[str, ...], lane: str) -> list[int]:
+    """Per read access of ``stmt`` (E.accesses order): 0 when its element stays in place
+    as ``lane`` moves by one, 1 when it moves by one in its last index. Raises NotVector
+    for any other access, or when the target does not move by one in its last index."""
+    if lane not in iterators:
+        raise NotVector(f"{lane} is not among the loops around {stmt.name}")
+    function = V.call_function(call, tuple(program.params), iterators, program.context)
+    if function is None:
+        raise NotVector(f"the call of {stmt.name} is not affine")
+    k = iterators.index(lane)
+    if _step(stmt.write, function, k) != 1:
+        raise NotVector(f"the target of {stmt.name} does not move with unit stride")
+    steps = []
+    for read in stmt.reads[:len(E.accesses(stmt.expr))]:
+        step = _step(read, function, k)
+        if step is None:
+            raise NotVector(f"a read of {stmt.name} neither stays nor moves by one")
+        steps.append(step)
+    return steps
+
+
+def _step(access: isl.Map, function: isl.PwMultiAff, k: int) -> int | None:
+    """0 or 1 (see lane_steps), else None."""
+    access = access.align_params(function.get_space())
+    function = function.align_params(access.get_space())
+    element = access.preimage_domain_pw_multi_aff(function)
+    if not element.is_single_valued():
+        return None
+    pma = isl.PwMultiAff.from_map(element)
+    space = pma.get_space().domain()
+    shift = isl.MultiAff.identity(space.map_from_set())
+    ls = isl.LocalSpace.from_space(space)
+    shift = shift.set_aff(k, isl.Aff.var_on_domain(ls, isl.dim_type.set, k)
+                          .add_constant_val(isl.Val.one(space.get_ctx())))
+    diff = pma.pullback_multi_aff(shift).sub(pma)
+    n = diff.dim(isl.dim_type.out)
+    if n == 0:
+        return 0
+    moves = [_constant(diff.get_pw_aff(d)) for d in range(n)]
+    if any(m is None for m in moves):
+        return None
+    if all(m == 0 for m in moves):
+        return 0
+    if all(m == 0 for m in moves[:-1]) and moves[-1] == 1:
+        return 1
+    return None
+
+
+def _constant(pa: isl.PwAff) -> int | None:
+    """The value of a piecewise affine function that is one constant on its domain."""
+    for value in (0, 1):
+        constant = isl.PwAff.val_on_domain(pa.domain(), isl.Val.int_from_si(pa.get_ctx(), value))
+        if pa.sub(constant).non_zero_set().is_empty():
+            return value
+    return None

@@ -1,0 +1,198 @@
+"""The register tile of a contraction: which point loops are unrolled, by how much, and
+how many vectors wide the vector loop is, from a model of the machine's registers.
+
+Place in the pipeline: called by the intra-tile pass (scheduler/intratile.py) for a
+point band whose statement is a reduction, once the vector member is chosen. Input: the
+band's references (scheduler/cache_model.Reference), the vector member, the members that
+may be unrolled (the target moves along them and they carry nothing), their extents, the
+lanes per vector. Output: a RegisterTile (members -> factors, vectors per row), or None.
+
+The model. A register tile keeps ``accumulators`` = vectors x (product of the unrolled
+factors) partial results in vector registers across the reduction loops, which the
+intra-tile pass moves inside the tile. Per step of the reduction every accumulator takes
+one FMA; the reads cost one load per distinct element they touch in the tile: a read
+that moves along the vector member is ``vectors`` vector loads per copy along the
+unrolled members it moves with, a read that does not is one broadcast per such copy.
+The tile must fit: accumulators + the vector operands held across the copies + RESERVED
+<= the register file (the copies are ordered rows first, so one broadcast at a time is
+live); it should have at least FMA latency x FMA ports accumulators (else the FMA units
+wait on their own results), and at most 16 unless it loads at most once per two FMAs
+(then 24: a tile bound by its loads gains nothing from more, and gcc spilled). Among
+the tiles that fit: the fewest loads per FMA, counting partial register tiles (written
+apart by isl, much slower) and columns (COLUMN_COST each) against it, then the most
+accumulators, then the fewest rows of data. Measured here (AVX-512, one core): matmul
+[i, j, k] at BERT's FFN shape 4 rows x 4 vectors; conv 3x3 [f_block, h, w, c, kh, kw,
+f_lane] at 28 x 28: 4 x 4 output pixels, 206 GFLOP/s; at 7 x 7 pixels: 3 output-channel
+blocks x 7 pixels. (BLIS's and MLAS's SGEMM kernels use 6 x 4 and 12 x 2 vectors.)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import cache_model as CM
+
+# the FMA's latency in cycles and the FMA units per core (Skylake-SP and later x86 cores
+# with two 512-bit units; one unit halves the accumulators a tile needs, not the shape)
+FMA_LATENCY = 4
+FMA_PORTS = 2
+# the most vectors one row of a tile spans, and the largest unroll factor considered
+MAX_VECTORS = 4
+MAX_FACTOR = 16
+# at most this many members unrolled (isl writes factor ** members copies)
+MAX_MEMBERS = 2
+# registers left over for a broadcast operand and the compiler's own use (gcc spilled
+# accumulators of a 28-accumulator conv tile that left it one)
+RESERVED = 2
+# loads per FMA a column member counts for (see choose)
+COLUMN_COST = 0.75
+# a share of a member's points in partial register tiles counted as this many extra
+# loads per FMA (scheduler/intratile.PARTIAL_SHARE: partial tiles run far slower)
+PARTIAL_WEIGHT = 2.0
+
+
+@dataclass(frozen=True)
+class RegisterFile:
+    """What the model knows of the machine: vector registers, their bytes, the FMA."""
+
+    vectors: int
+    vector_bytes: int
+    fma_latency: int = FMA_LATENCY
+    fma_ports: int = FMA_PORTS
+
+    @property
+    def min_accumulators(self) -> int:
+        return self.fma_latency * self.fma_ports
+
+
+def machine_registers() -> RegisterFile:
+    """This machine's register file: 32 vector registers with AVX-512, else 16."""
+    width = CM.simd_bytes()
+    return RegisterFile(32 if width >= 64 else 16, width)
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """Unroll factor per band member (members not named are not unrolled) and the number
+    of vectors the vector member's register tile spans (its strip: vectors x lanes)."""
+
+    factors: tuple[tuple[int, int], ...]
+    vectors: int
+    accumulators: int
+    loads: int
+
+    @property
+    def loads_per_fma(self) -> float:
+        return self.loads / self.accumulators
+
+
+def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
+           extents: Sequence[int | None], lanes: int,
+           registers: RegisterFile | None = None) -> RegisterTile | None:
+    """The register tile for a band whose written reference is ``refs``' write (module
+    doc): ``candidates`` are the members that may be unrolled (they carry nothing);
+    None when no tile of at least two accumulators fits."""
+    registers = registers or machine_registers()
+    writes = [r for r in refs if r.write]
+    if len(writes) != 1:
+        return None
+    write = writes[0]
+    reads = [r for r in refs if not r.write and not (r.array == write.array
+                                                       and r.steps == write.steps)]
+    operands = [r for r in reads if not r.invariant(vector)]
+    # a member along which a vector operand moves (a column: conv's filter blocks) adds
+    # a stream of vector loads per copy: 1.24 ms with 2 blocks x 7 pixels against 1.12
+    # ms for 4 x 4 pixels at ResNet's 28 x 28 x 128 conv3x3. Columns cost COLUMN_COST
+    # loads per FMA each; they pay where rows are short (7 x 7 pixels: 9 accumulators
+    # at most without partial register tiles)
+    members = [m for m in candidates if m != vector and not write.invariant(m)]
+    columns = {m for m in members if not all(r.invariant(m) for r in operands)}
+    best, best_key = None, None
+    for vectors in range(1, MAX_VECTORS + 1):
+        strip = vectors * lanes
+        if extents[vector] is not None and extents[vector] < strip:
+            break
+        for n in range(0, MAX_MEMBERS + 1):
+            for chosen in itertools.combinations(members, n):
+                for factors in itertools.product(range(2, MAX_FACTOR + 1), repeat=n):
+                    if any(extents[m] is not None and extents[m] < f
+                           for m, f in zip(chosen, factors)):
+                        continue
+                    unroll = dict(zip(chosen, factors))
+                    tile = _tile(reads, vector, vectors, unroll)
+                    held = _held(reads, vector, vectors, unroll)
+                    if (tile.accumulators < 2
+                            or tile.accumulators + held + RESERVED > registers.vectors
+                            or tile.accumulators > _most_accumulators(tile)):
+                        continue
+                    share = max([_share(extents[m], f) for m, f in unroll.items()]
+                                + [_share(extents[vector], strip)])
+                    cost = (tile.loads_per_fma + PARTIAL_WEIGHT * share
+                            + COLUMN_COST * len(columns.intersection(chosen)))
+                    key = (tile.accumulators < registers.min_accumulators, round(cost, 6),
+                           -tile.accumulators, _pointers(reads, unroll))
+                    if best_key is None or key < best_key:
+                        best, best_key = tile, key
+    return best
+
+
+def _most_accumulators(tile: RegisterTile) -> int:
+    """A tile that loads about once per FMA is bound by the load ports, and more
+    accumulators only add register pressure (conv3x3 at ResNet's shape: 1.12 ms with 16,
+    1.9 ms with 21 or 24); one that loads half as often can use 24 (SGEMM's 8 x 3
+    vectors, as in MLAS's 12 x 2)."""
+    return 24 if tile.loads_per_fma <= 0.5 else 16
+
+
+def _pointers(reads: Sequence[CM.Reference], factors: dict[int, int]) -> int:
+    """Rows of data the copies read: copies along a member that moves a read in an
+    outer dimension are rows apart (the last tie-break: the fewer, the fewer cache lines
+    and the simpler the addresses; with constant strides every copy is one base pointer
+    and a displacement, so this is no limit)."""
+    total = 0
+    for r in reads:
+        count = 1
+        for m, f in factors.items():
+            if any(row[m] != 0 for row in r.steps[:-1]):
+                count *= f
+        total += count
+    return total
+
+
+def _tile(reads: Sequence[CM.Reference], vector: int, vectors: int,
+          factors: dict[int, int]) -> RegisterTile:
+    accumulators = vectors
+    for f in factors.values():
+        accumulators *= f
+    loads = 0
+    for r in reads:
+        count = 1 if r.invariant(vector) else vectors
+        for m, f in factors.items():
+            if not r.invariant(m):
+                count *= f
+        loads += count
+    return RegisterTile(tuple(sorted(factors.items())), vectors, accumulators, loads)
+
+
+def _held(reads: Sequence[CM.Reference], vector: int, vectors: int,
+          factors: dict[int, int]) -> int:
+    """Vector operands kept in registers across the copies of one reduction step: the
+    reads that move along the vector member (a broadcast comes from memory)."""
+    held = 0
+    for r in reads:
+        if r.invariant(vector):
+            continue
+        count = vectors
+        for m, f in factors.items():
+            if not r.invariant(m):
+                count *= f
+        held += count
+    return held
+
+
+def _share(extent: int | None, factor: int) -> float:
+    if not extent:
+        return 0.0
+    return (extent % factor) / extent

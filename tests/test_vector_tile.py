@@ -1,0 +1,158 @@
+"""Register tiles (scheduler/register_tile.py) printed as explicit vector code
+(codegen/vector_tile.py): the register model's choices, the per-lane proof of each
+access, the printed tile against numpy (full and partial tiles, serial and parallel),
+and its object code packed whatever gcc's vectoriser does."""
+
+from __future__ import annotations
+
+import platform
+import warnings
+from fractions import Fraction
+
+import islpy as isl
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import polycomp
+from polycomp.codegen import vector_tile as VT
+from polycomp.scheduler import cache_model as CM
+from polycomp.scheduler import register_tile as RT
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+AVX512 = RT.RegisterFile(32, 64)
+AVX2 = RT.RegisterFile(16, 32)
+
+MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+CONV = ("def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {\n"
+        "  O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)"
+        " where h in 0:H-KH+1, w in 0:W-KW+1\n}")
+
+
+def _ref(array: str, write: bool, steps: list[list[int]]) -> CM.Reference:
+    rows = tuple(tuple(Fraction(x) for x in row) for row in steps)
+    return CM.Reference("S", array, 4, (), rows, (), (), array, write)
+
+
+# matmul's point band [i, j, k]: C[i, j] += A[i, k] * B[k, j]
+C_W = _ref("C", True, [[1, 0, 0], [0, 1, 0]])
+MATMUL = [C_W, _ref("A", False, [[1, 0, 0], [0, 0, 1]]),
+          _ref("B", False, [[0, 0, 1], [0, 1, 0]]), _ref("C", False, C_W.steps)]
+# conv in NCHWc, band [f_block, h, w, c, kh, kw, f_lane]
+O_W = _ref("O", True, [[1, 0, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0],
+                       [0, 0, 0, 0, 0, 0, 1]])
+CONV_REFS = [O_W, _ref("I", False, [[0, 0, 0, 1, 0, 0, 0], [0, 1, 0, 0, 1, 0, 0],
+                                    [0, 0, 1, 0, 0, 1, 0]]),
+             _ref("W", False, [[1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0],
+                               [0, 0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 1, 0],
+                               [0, 0, 0, 0, 0, 0, 1]]),
+             _ref("O", False, O_W.steps)]
+
+
+def test_matmul_tile_is_rows_by_vectors_within_the_register_file():
+    tile = RT.choose(MATMUL, 1, [0], [96, 512, 256], 16, AVX512)
+    assert tile is not None and tile.vectors >= 2 and dict(tile.factors).get(0, 1) >= 4
+    assert tile.accumulators >= AVX512.min_accumulators
+    assert tile.accumulators + tile.vectors + RT.RESERVED <= AVX512.vectors
+    assert tile.loads_per_fma <= 0.5
+
+
+def test_conv_tile_unrolls_pixels_and_filter_blocks_only_where_pixels_are_few():
+    # a filter block adds a stream of vector loads: at 28 x 28 pixels only
+    tile = RT.choose(CONV_REFS, 6, [0, 1, 2], [4, 28, 28, 64, 3, 3, 16], 16, AVX512)
+    assert tile is not None and tile.vectors == 1
+    assert set(dict(tile.factors)) == {1, 2}
+    assert tile.accumulators >= AVX512.min_accumulators
+    # at 7 x 7 pixels no full tile of rows has 8 accumulators: filter blocks x a row
+    tile = RT.choose(CONV_REFS, 6, [0, 1, 2], [32, 7, 7, 256, 1, 1, 16], 16, AVX512)
+    factors = dict(tile.factors)
+    assert 0 in factors and all(7 % factors[m] == 0 for m in factors if m != 0)
+    assert tile.accumulators >= AVX512.min_accumulators
+
+
+def test_fewer_registers_give_a_smaller_tile():
+    big = RT.choose(MATMUL, 1, [0], [96, 512, 256], 16, AVX512)
+    small = RT.choose(MATMUL, 1, [0], [96, 512, 256], 8, AVX2)
+    assert small is not None and small.accumulators < big.accumulators
+    assert small.accumulators + small.vectors + RT.RESERVED <= AVX2.vectors
+
+
+@settings(max_examples=60, deadline=None)
+@given(extents=st.tuples(st.integers(1, 200), st.integers(1, 600), st.integers(1, 300)),
+       lanes=st.sampled_from([4, 8, 16]), registers=st.sampled_from([AVX2, AVX512]))
+def test_every_chosen_tile_fits(extents, lanes, registers):
+    tile = RT.choose(MATMUL, 1, [0], list(extents), lanes, registers)
+    if tile is None:
+        return
+    factors = dict(tile.factors)
+    assert tile.accumulators == tile.vectors * factors.get(0, 1)
+    assert tile.accumulators + tile.vectors + RT.RESERVED <= registers.vectors
+    assert factors.get(0, 1) <= extents[0] and tile.vectors * lanes <= extents[1]
+    assert tile.accumulators <= 24
+
+
+def _step(access: str) -> int | None:
+    function = isl.PwMultiAff("{ [c0, c1] -> S[c0, c1] }")
+    return VT._step(isl.Map(access), function, 1)
+
+
+def test_lane_steps_tell_broadcasts_vector_loads_and_others():
+    assert _step("{ S[i, j] -> B[i, j] }") == 1
+    assert _step("{ S[i, j] -> A[i, 3] }") == 0
+    assert _step("{ S[i, j] -> B[i, 2j] }") is None      # strided
+    assert _step("{ S[i, j] -> B[j, i] }") is None       # moves an outer index
+    assert _step("{ S[i, j] -> B[i, -j] }") is None      # backwards
+
+
+def _random(shape, seed):
+    return np.random.default_rng(seed).random(shape, dtype=np.float32) - 0.5
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("m,n,k", [(96, 128, 64), (50, 70, 33)])
+@pytest.mark.parametrize("parallel_min_work", [None, 0])
+def test_matmul_register_tile_matches_numpy(m, n, k, parallel_min_work):
+    options = {} if parallel_min_work is None else {"parallel_min_work": parallel_min_work}
+    kernel = polycomp.compile(MM, sizes={"M": m, "N": n, "K": k}, **options)
+    assert VT.MARKER in kernel.source
+    a, b = _random((m, k), 1), _random((k, n), 2)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def _conv_oracle(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    f, c, kh, kw = w.shape
+    h, wd = x.shape[2] - kh + 1, x.shape[3] - kw + 1
+    out = np.zeros((x.shape[0], f, h, wd), dtype=np.float64)
+    for dh in range(kh):
+        for dw in range(kw):
+            patch = x[:, :, dh:dh + h, dw:dw + wd].astype(np.float64)
+            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, dh, dw].astype(np.float64))
+    return out
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("c,f,hw,kk", [(32, 32, 16, 3), (16, 48, 9, 1)])
+def test_conv_register_tile_matches_numpy(c, f, hw, kk):
+    sizes = {"N": 1, "C": c, "H": hw, "W": hw, "F": f, "KH": kk, "KW": kk}
+    kernel = polycomp.compile(CONV, sizes=sizes, parallel_min_work=0)
+    assert VT.MARKER in kernel.source
+    x, w = _random((1, c, hw, hw), 3), _random((f, c, kk, kk), 4)
+    np.testing.assert_allclose(kernel(x, w), _conv_oracle(x, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.needs_cc
+@pytest.mark.skipif(not X86, reason="reads x86-64 object code")
+def test_register_tile_is_packed_even_without_gccs_vectoriser():
+    # the tile's vectors are written out: only the omp simd loops depend on gcc
+    sizes = {"M": 64, "N": 128, "K": 64}
+    flags = ("-O3", "-march=native", "-fno-tree-loop-vectorize", "-fno-tree-slp-vectorize")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", polycomp.PerformanceWarning)  # other loops' own
+        kernel = polycomp.compile(MM, sizes=sizes, cflags=flags)
+    report = polycomp.inspect(kernel, sizes)
+    lines = kernel.source.splitlines()
+    tiles = [c for c in report.loops if VT.MARKER in lines[c.loop.line - 2]]
+    assert tiles, report.summary()
+    assert all(c.packed_fma and not c.scalar_fma for c in tiles), report.summary()
+    assert max(len(c.accumulators) for c in tiles) >= RT.FMA_LATENCY * RT.FMA_PORTS
