@@ -224,7 +224,7 @@ def scheduler_options(args: argparse.Namespace) -> dict:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from .driver import compile_program, emit
+    from .driver import analyze_program, compile_program, emit
 
     if is_onnx(args.file):
         _no_target_for_onnx(args)
@@ -255,6 +255,9 @@ def _compile(args: argparse.Namespace) -> int:
         options = Options.create(parametric=parametric, **targets, **scheduler_options(args))
         with _time_limit(args.time_limit if parametric else 0):
             program = definition.lower(None if parametric else sizes)
+            if what == "deps":  # known before scheduling: no code to generate
+                return _write_or_print(str(analyze_program(program, options)[1]),
+                                       args.output)
             compiled = compile_program(program, options)
         if what == "file":
             from .frontend.loops.splice import splice

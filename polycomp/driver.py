@@ -55,7 +55,9 @@ def schedule_program(program: Program, deps: Dependences, options: Options) -> i
     return run_passes(schedule, program, deps, options)
 
 
-def compile_program(program: Program, options: Options) -> Compiled:
+def analyze_program(program: Program, options: Options) -> tuple[Program, Dependences]:
+    """The program as the scheduler sees it (channel blocking, inlining, strip-mining,
+    scalar expansion, as ``options`` ask) and its dependences, reductions relaxed."""
     target = get_target(options.target)
     program.validate()
     if options.block_channels and target.packs_channels and \
@@ -66,7 +68,12 @@ def compile_program(program: Program, options: Options) -> Compiled:
         program = strip_mine_blocked(program)
     if options.expand_scalars and options.scheduler != "none":
         program = expand_scalars(program)
-    deps = relax_reductions(program, compute_dependences(program), options.exact_fp)
+    return program, relax_reductions(program, compute_dependences(program), options.exact_fp)
+
+
+def compile_program(program: Program, options: Options) -> Compiled:
+    target = get_target(options.target)
+    program, deps = analyze_program(program, options)
     schedule = schedule_program(program, deps, options)
     try:
         target.check_marks(schedule)
