@@ -165,6 +165,16 @@ def format_profile(rows: Sequence[ProfileRow], threads: int, peak: float,
     return "\n".join(lines)
 
 
+def beside_onnxruntime(session: object, feed: Mapping[str, np.ndarray],
+                       rows: Sequence[ProfileRow], seconds: Mapping[str, float]):
+    """``with_onnxruntime`` for the groups of ``session``'s plan at ``feed``'s shapes:
+    each group is known by its nodes' names and output values."""
+    compiled = session.compiled({k: v.shape for k, v in feed.items()})  # type: ignore[attr-defined]
+    names = {step.name: [x for n in step.nodes for x in (n.name, *n.outputs)]
+             for step in compiled.plan.groups}
+    return with_onnxruntime(rows, names, seconds)
+
+
 def profile_report(session: object, model: bytes, feed: Mapping[str, np.ndarray],
                    threads: int, repeat: int = 10, compare: bool = True) -> str:
     """The table of ``format_profile`` for ``session`` on ``feed`` at ``threads`` (the
@@ -184,9 +194,6 @@ def profile_report(session: object, model: bytes, feed: Mapping[str, np.ndarray]
             seconds = None
             note = f"onnxruntime cannot run the model ({str(exc).splitlines()[0][:200]})"
         if seconds is not None:
-            compiled = session.compiled({k: v.shape for k, v in feed.items()})  # type: ignore[attr-defined]
-            names = {step.name: [x for n in step.nodes for x in (n.name, *n.outputs)]
-                     for step in compiled.plan.groups}
-            rows, other = with_onnxruntime(rows, names, seconds)
+            rows, other = beside_onnxruntime(session, feed, rows, seconds)
     table = format_profile(rows, threads, peak, other)
     return table + (f"\n{note}" if note else "")
