@@ -76,6 +76,9 @@ TWO_LEVELS = (2, 1)
 # the model leaves at least this many tiles along each member up to the first parallel one
 # (both first members when none is parallel: the wavefront needs tiles along both)
 MIN_TILES = 4
+# a tile of fewer values than this along the first parallel member re-reads what stays in
+# place along it often enough to cut another member instead (_limits)
+SHORT_TILE = 64
 
 # A mark above the point band of a tile (read and removed by scheduler/intratile.py).
 MARK_POINT_BAND = "point_band"
@@ -445,12 +448,14 @@ def _limits(node: isl.ScheduleNode, extents: list[int | None],
     parallel = [m for m in loops if deps is not None and is_parallel_member(node, m, deps)]
     first = parallel[0] if parallel else None
     if len(parallel) > 1 and refs is not None and extents[first] is not None \
-            and extents[first] // MIN_TILES > 1 \
+            and 1 < extents[first] // MIN_TILES < SHORT_TILE \
             and _invariant_bytes(refs, first) > CM.CACHE_FRACTION * CM.cache_sizes()[2]:
-        # each tile of the first parallel member streams again, from memory, what stays
-        # in place along it: cut another parallel member that leaves less behind
+        # each short tile of the first parallel member streams again, from memory, what
+        # stays in place along it: cut another parallel member that leaves less behind
         # (matmul at BERT's 128 x 768 x 3072: m cut to 32 re-read B, 9.4 MB, per tile,
-        # 7.9 ms on one thread; n cut instead re-reads A, 0.4 MB: 4.7 ms)
+        # 7.9 ms on one thread; n cut instead re-reads A, 0.4 MB: 4.7 ms). Tiles of 250
+        # rows (PolyBench's gemm at LARGE) re-read too little to matter: there the cut
+        # of n ran 5-10 % slower
         best = min(parallel, key=lambda m: (_invariant_bytes(refs, m), parallel.index(m)))
         if best != first:
             return [max(1, e // MIN_TILES) if m == best and e is not None else e
