@@ -1,13 +1,16 @@
 """Explicit vector register tiles: a promoted nest printed with named vector variables.
 
 Place in the pipeline: inside the OpenMP printer (codegen/openmp.py), for a nest that
-codegen/promote.py found promotable. Where promotion alone gives gcc local *arrays* to
-keep in registers (it does for one vector of 16 lanes, and stops doing it somewhere past
-that: 6 rows x 64 columns of a matmul tile went back to memory), this module's printing
-leaves gcc nothing to decide: every lane chunk of every target is a named variable of a
-GCC vector type (``float __attribute__((vector_size(64)))`` with AVX-512), the operand
-that moves along the lanes is one unaligned vector load, the one that does not is a
-scalar that the vector arithmetic broadcasts, and the vector loop itself is gone:
+codegen/promote.py found promotable. Promotion alone gives gcc local *arrays* and an
+``omp simd`` loop, and leaves to its vectoriser and register allocator whether they
+become vector registers (gcc 12 did for 16 lanes of a conv tile; nothing obliges it, and
+-fno-tree-loop-vectorize makes them scalar). This module's printing leaves gcc nothing to
+decide: every lane chunk of every target is a named variable of a GCC vector type
+(``float __attribute__((vector_size(64)))`` with AVX-512), the operand that moves along
+the lanes is one unaligned vector load, the one that does not is a scalar that the
+vector arithmetic broadcasts, and the vector loop itself is gone (its body is printed
+once per chunk, the chunks interleaved statement by statement, so that a broadcast
+shared by the chunks is used by consecutive FMAs):
 
     polycomp_v16sf polycomp_reg0_0, polycomp_reg0_1, ...;    (targets x lane chunks)
     load every target chunk

@@ -50,6 +50,25 @@ def _polycomp_error(exc: BaseException) -> Outcome:
                    stage)
 
 
+# kernels of the last loop-nest cases, by source, function and options: a case that runs
+# the same program at other sizes (a regression test's N = 2 and N = 5) reuses the
+# Kernel, whose compiled variants (one if parametric, one per size set otherwise) it
+# keeps; a parametric isl AST can take 15 s to check
+_KERNELS: dict[str, object] = {}
+_KERNELS_KEPT = 4
+
+
+def _loop_kernel(polycomp, source: str, function: str, options: dict):  # noqa: ANN001
+    key = repr((source, function, sorted(options.items())))
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = polycomp.compile_loops(source, function, **options)
+        if len(_KERNELS) >= _KERNELS_KEPT:
+            _KERNELS.pop(next(iter(_KERNELS)))
+        _KERNELS[key] = kernel
+    return kernel
+
+
 def run_case(case: Case, send) -> Outcome:
     import polycomp
 
@@ -74,7 +93,7 @@ def run_case(case: Case, send) -> Outcome:
         got = oracle.copy_arguments(args)
         try:
             polycomp.set_num_threads(case.threads)
-            kernel = polycomp.compile_loops(program.source, program.function, **case.options)
+            kernel = _loop_kernel(polycomp, program.source, program.function, case.options)
             kernel(*got)
         except Exception as exc:  # noqa: BLE001 - every exception is classified
             return _polycomp_error(exc)
