@@ -404,10 +404,8 @@ def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
     # rows first (members the vector operands stay in place along), then columns: each
     # broadcast is then used by consecutive copies and dies, and the register file holds
     # the accumulators, the vector operands and one broadcast (register_tile's model)
-    operands = [r for r in refs if not r.write and not r.invariant(c)
-                and not (r.array == write[0].array and r.steps == write[0].steps)]
     unrolled = tuple(sorted((m for m in range(n) if m in factors),
-                            key=lambda m: (any(not r.invariant(m) for r in operands), m)))
+                            key=lambda m: (RT.is_column(refs, c, m), m)))
     candidate = Plan(tuple(others + [m for m in range(n) if m in reductions]), c, unrolled,
                      max(factors.values(), default=1), True,
                      tuple(factors[m] for m in unrolled), strip)

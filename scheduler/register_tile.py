@@ -99,16 +99,14 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
     if len(writes) != 1:
         return None
     write = writes[0]
-    reads = [r for r in refs if not r.write and not (r.array == write.array
-                                                       and r.steps == write.steps)]
-    operands = [r for r in reads if not r.invariant(vector)]
+    reads = _reads(refs, write)
     # a member along which a vector operand moves (a column: conv's filter blocks) adds
     # a stream of vector loads per copy: 1.24 ms with 2 blocks x 7 pixels against 1.12
     # ms for 4 x 4 pixels at ResNet's 28 x 28 x 128 conv3x3. Columns cost COLUMN_COST
     # loads per FMA each; they pay where rows are short (7 x 7 pixels: 9 accumulators
     # at most without partial register tiles)
     members = [m for m in candidates if m != vector and not write.invariant(m)]
-    columns = {m for m in members if not all(r.invariant(m) for r in operands)}
+    columns = {m for m in members if is_column(refs, vector, m)}
     best, best_key = None, None
     for vectors in range(1, MAX_VECTORS + 1):
         strip = vectors * lanes
@@ -136,6 +134,20 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
                     if best_key is None or key < best_key:
                         best, best_key = tile, key
     return best
+
+
+def is_column(refs: Sequence[CM.Reference], vector: int, m: int) -> bool:
+    """Whether some vector operand (a read that moves along the ``vector`` member) moves
+    along member m too: a column of the tile (conv's filter blocks), else a row."""
+    writes = [r for r in refs if r.write]
+    reads = _reads(refs, writes[0]) if len(writes) == 1 else [r for r in refs if not r.write]
+    return any(not r.invariant(vector) and not r.invariant(m) for r in reads)
+
+
+def _reads(refs: Sequence[CM.Reference], write: CM.Reference) -> list[CM.Reference]:
+    """The reads other than the reduction's read of its own target."""
+    return [r for r in refs if not r.write
+            and not (r.array == write.array and r.steps == write.steps)]
 
 
 def _most_accumulators(tile: RegisterTile) -> int:
