@@ -293,8 +293,10 @@ def _reference(name: str, access: isl.Map, write: bool,
     steps, inner, offset, key = [], [], [], [array_name]
     for d in range(access.dim(dim.out)):
         aff = affs[d] if affs is not None else None
-        if aff is None:
-            steps.append(tuple(None for _ in directions))
+        if aff is None or aff.dim(dim.div):
+            # not affine (a channel-blocked index: c / 16, c mod 16): no step, except
+            # along the members whose directions leave every variable it reads alone
+            steps.append(tuple(_quasi_step(aff, x) for x in directions))
             inner.append(extents[d] if d < len(extents) and extents[d] else UNKNOWN_EXTENT)
             offset.append(0)
             key.append(f"?{d}")
@@ -312,15 +314,27 @@ def _reference(name: str, access: isl.Map, write: bool,
 
 
 def _access_affs(access: isl.Map) -> list[isl.Aff | None] | None:
-    """One affine expression per array dimension (None where the index is not affine)."""
+    """One quasi-affine expression per array dimension (None where the index is not one
+    expression over the whole domain)."""
     if not access.is_single_valued():
         return None
     pma = isl.PwMultiAff.from_map(access)
     out: list[isl.Aff | None] = []
     for d in range(access.dim(dim.out)):
         pieces = pma.get_pw_aff(d).get_pieces()
-        out.append(pieces[0][1] if len(pieces) == 1 and pieces[0][1].dim(dim.div) == 0 else None)
+        out.append(pieces[0][1] if len(pieces) == 1 else None)
     return out
+
+
+def _quasi_step(aff: isl.Aff | None, direction: Sequence[Fraction]) -> Fraction | None:
+    """The step of a quasi-affine index along a direction: 0 when the direction moves
+    none of the statement's variables the index involves, else None (unknown)."""
+    if aff is None:
+        return None
+    moved = [j for j, v in enumerate(direction) if v != 0]
+    if any(aff.involves_dims(dim.in_, j, 1) for j in moved):
+        return None
+    return Fraction(0)
 
 
 def _dot(a: Sequence[Fraction], b: Sequence[Fraction]) -> Fraction:

@@ -19,11 +19,14 @@ live); it should have at least FMA latency x FMA ports accumulators (else the FM
 wait on their own results), and at most 16 unless it loads at most once per two FMAs
 (then 24: a tile bound by its loads gains nothing from more, and gcc spilled). Among
 the tiles that fit: the fewest loads per FMA, counting partial register tiles (written
-apart by isl, much slower) and columns (COLUMN_COST each) against it, then the most
-accumulators, then the fewest rows of data. Measured here (AVX-512, one core): matmul
-[i, j, k] at BERT's FFN shape 4 rows x 4 vectors; conv 3x3 [f_block, h, w, c, kh, kw,
-f_lane] at 28 x 28: 4 x 4 output pixels, 206 GFLOP/s; at 7 x 7 pixels: 3 output-channel
-blocks x 7 pixels. (BLIS's and MLAS's SGEMM kernels use 6 x 4 and 12 x 2 vectors.)
+apart by isl, much slower) against it, then the most accumulators, then the fewest rows
+of data. A channel-blocked convolution's best tiles are columns of output-channel blocks
+(the filter's vectors) times a row of pixels (the input's broadcasts), as in MLAS's
+NCHWc kernel: measured here (AVX-512, one core, NCHWc input, hand-written C of the same
+shape) 7 pixels x 3 blocks ran a 14 x 14 x 1024 -> 256 1x1 conv at 187 GFLOP/s and a
+28 x 28 x 128 3x3 conv at 205, against 80-107 and 117-128 for 14 or 4 x 4 pixels of one
+block; 28 accumulators (7 x 4) fell to 157. matmul [i, j, k] at BERT's FFN shape: 4
+rows x 4 vectors. (BLIS's and MLAS's SGEMM kernels use 6 x 4 and 12 x 2 vectors.)
 """
 
 from __future__ import annotations
@@ -46,8 +49,6 @@ MAX_MEMBERS = 2
 # registers left over for a broadcast operand and the compiler's own use (gcc spilled
 # accumulators of a 28-accumulator conv tile that left it one)
 RESERVED = 2
-# loads per FMA a column member counts for (see choose)
-COLUMN_COST = 0.75
 # a share of a member's points in partial register tiles counted as this many extra
 # loads per FMA (scheduler/intratile.PARTIAL_SHARE: partial tiles run far slower)
 PARTIAL_WEIGHT = 2.0
@@ -100,13 +101,7 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
         return None
     write = writes[0]
     reads = _reads(refs, write)
-    # a member along which a vector operand moves (a column: conv's filter blocks) adds
-    # a stream of vector loads per copy: 1.24 ms with 2 blocks x 7 pixels against 1.12
-    # ms for 4 x 4 pixels at ResNet's 28 x 28 x 128 conv3x3. Columns cost COLUMN_COST
-    # loads per FMA each; they pay where rows are short (7 x 7 pixels: 9 accumulators
-    # at most without partial register tiles)
     members = [m for m in candidates if m != vector and not write.invariant(m)]
-    columns = {m for m in members if is_column(refs, vector, m)}
     best, best_key = None, None
     for vectors in range(1, MAX_VECTORS + 1):
         strip = vectors * lanes
@@ -127,8 +122,7 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
                         continue
                     share = max([_share(extents[m], f) for m, f in unroll.items()]
                                 + [_share(extents[vector], strip)])
-                    cost = (tile.loads_per_fma + PARTIAL_WEIGHT * share
-                            + COLUMN_COST * len(columns.intersection(chosen)))
+                    cost = tile.loads_per_fma + PARTIAL_WEIGHT * share
                     key = (tile.accumulators < registers.min_accumulators, round(cost, 6),
                            -tile.accumulators, _pointers(reads, unroll))
                     if best_key is None or key < best_key:

@@ -58,17 +58,44 @@ def test_matmul_tile_is_rows_by_vectors_within_the_register_file():
     assert tile.loads_per_fma <= 0.5
 
 
-def test_conv_tile_unrolls_pixels_and_filter_blocks_only_where_pixels_are_few():
-    # a filter block adds a stream of vector loads: at 28 x 28 pixels only
-    tile = RT.choose(CONV_REFS, 6, [0, 1, 2], [4, 28, 28, 64, 3, 3, 16], 16, AVX512)
+def _blocked_input() -> CM.Reference:
+    """The channel-blocked input x[c / 16][h + kh][w + kw][c % 16] of the conv band: its
+    first and last indices are not affine in c (steps None) and do not move along the
+    others (what cache_model._quasi_step finds)."""
+    rows = [[0, 0, 0, None, 0, 0, 0], [0, 1, 0, 0, 1, 0, 0], [0, 0, 1, 0, 0, 1, 0],
+            [0, 0, 0, None, 0, 0, 0]]
+    steps = tuple(tuple(None if x is None else Fraction(x) for x in row) for row in rows)
+    return CM.Reference("S", "X", 4, (), steps, (), (), "X", False)
+
+
+@pytest.mark.parametrize("extents", [[4, 28, 28, 64, 3, 3, 16], [32, 7, 7, 256, 1, 1, 16],
+                                     [8, 14, 14, 256, 3, 3, 16]])
+@pytest.mark.parametrize("blocked", [False, True])
+def test_conv_tile_is_filter_blocks_by_a_row_of_pixels(extents, blocked):
+    # as MLAS's NCHWc kernel: the input broadcast once per pixel, the filter's blocks as
+    # vectors (hand-written C: 7 pixels x 3 blocks 187-205 GFLOP/s, 14 x 1 80-128)
+    refs = CONV_REFS if not blocked else [O_W, _blocked_input()] + CONV_REFS[2:]
+    tile = RT.choose(refs, 6, [0, 1, 2], extents, 16, AVX512)
     assert tile is not None and tile.vectors == 1
-    assert set(dict(tile.factors)) == {1, 2}
-    assert tile.accumulators >= AVX512.min_accumulators
-    # at 7 x 7 pixels no full tile of rows has 8 accumulators: filter blocks x a row
-    tile = RT.choose(CONV_REFS, 6, [0, 1, 2], [32, 7, 7, 256, 1, 1, 16], 16, AVX512)
     factors = dict(tile.factors)
-    assert 0 in factors and all(7 % factors[m] == 0 for m in factors if m != 0)
-    assert tile.accumulators >= AVX512.min_accumulators
+    assert factors.get(0, 1) >= 2, tile  # a column of filter blocks
+    # the row divides its pixels (a partial column of blocks is weighed by its share)
+    assert len(factors) == 2 and all(extents[m] % f == 0 for m, f in factors.items() if m)
+    assert tile.accumulators >= AVX512.min_accumulators and tile.loads_per_fma < 0.7
+
+
+def test_a_blocked_index_stays_in_place_along_the_members_it_does_not_read():
+    access = isl.Map("{ S[f, h, w, c] -> X[floor(c / 16), h, w, c mod 16] }")
+    affs = CM._access_affs(access)
+    assert affs is not None and all(a is not None for a in affs)
+    along = {"f": [1, 0, 0, 0], "h": [0, 1, 0, 0], "c": [0, 0, 0, 1],
+             "c and f": [1, 0, 0, 1]}
+    steps = {k: [CM._quasi_step(a, [Fraction(x) for x in v]) for a in affs]
+             for k, v in along.items()}
+    assert steps["f"] == [0, 0, 0, 0]
+    assert steps["h"][0] == 0 and steps["h"][3] == 0  # h's own index is affine
+    assert steps["c"][0] is None and steps["c"][3] is None
+    assert steps["c and f"][0] is None
 
 
 def test_fewer_registers_give_a_smaller_tile():
