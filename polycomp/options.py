@@ -67,6 +67,8 @@ class Options:
     fusion      fusion heuristic for schedulers that fuse ("smart", "max", "typed", "none").
     partition   force fusion groups: tuples of statement names that share a band.
     tile        tile permutable bands (sizes from ``tile_sizes`` or the cache model).
+    fuse_tiles  run a contraction's initialisation and epilogue inside its outer tile
+                loops (scheduler/tile_fusion.py; OpenMP target, tiled schedules).
     tile_sizes  one size per band member, outermost first (None: the analytical model).
     l2_tile     add a second level of tiles (L2 tiles of L1 tiles).
     wavefront   skew tile loops into wavefronts when no outer tile loop is parallel.
@@ -121,6 +123,7 @@ class Options:
     fusion: str = "smart"
     partition: tuple[tuple[str, ...], ...] | None = None
     tile: bool = True
+    fuse_tiles: bool = True
     tile_sizes: tuple[int, ...] | None = None
     l2_tile: bool = False
     wavefront: bool = True

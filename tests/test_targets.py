@@ -92,7 +92,7 @@ def test_the_registry_knows_openmp_and_builds_its_target_once():
     assert isinstance(target, Target) and target.name == "openmp"
     assert get_target("openmp") is target
     assert target.marks == {T.MARK_PARALLEL, T.MARK_VECTOR}
-    assert [name for name, _ in target.passes] == ["parallel", "intratile"]
+    assert [name for name, _ in target.passes] == ["parallel", "tile_fusion", "intratile"]
     assert Options().target == "openmp"
 
 

@@ -35,6 +35,7 @@ from polycomp.scheduler.dependences import Dependences
 from polycomp.scheduler.intratile import optimize_tiles
 from polycomp.scheduler.parallel import mark_parallel
 from polycomp.scheduler.reductions import annotate_simd_reductions
+from polycomp.scheduler.tile_fusion import fuse_into_tiles
 from polycomp.threads import call_threads
 
 from .native import NativeTarget
@@ -54,7 +55,8 @@ class OpenMPTarget(NativeTarget):
 
     name = "openmp"
     marks = frozenset({T.MARK_PARALLEL, T.MARK_VECTOR})
-    passes = (("parallel", _parallel), ("intratile", optimize_tiles))
+    passes = (("parallel", _parallel), ("tile_fusion", fuse_into_tiles),
+              ("intratile", optimize_tiles))
 
     def annotate(self, schedule: isl.Schedule, program: Program, deps: Dependences,
                  options: Options) -> isl.Schedule:
