@@ -162,3 +162,110 @@ def _constant(pa: isl.PwAff) -> int | None:
         if pa.sub(constant).non_zero_set().is_empty():
             return value
     return None
+
+
+def split_offset(read: isl.Map, function: isl.PwMultiAff, strides: list[int],
+                 iterators: tuple[str, ...], varying: dict[str, int | None],
+                 helpers: Helpers) -> tuple[str, str] | None:
+    """The row-major offset of ``read``'s element under the call ``function`` (of the loop
+    ``iterators``), as C text in two summands: the part that depends on no iterator in
+    ``varying`` (a register tile's reduction loops and its lanes, each with its lower
+    bound where it is a constant), which gcc then keeps out of the reduction loop as a
+    base address per row, and the part that does, which every row shares (a
+    channel-blocked input's ``c / 16 * 3136 + c % 16`` once per step instead of once per
+    row). None when the offset is not one quasi-affine piece whose divisions each read
+    one side only, or a division of the varying part may see a negative numerator."""
+    space = function.get_domain_space()
+    for name, low in varying.items():
+        if low is not None and name in iterators:
+            function = function.intersect_domain(isl.Set.universe(space).lower_bound_val(
+                isl.dim_type.set, iterators.index(name), isl.Val.int_from_si(space.get_ctx(), low)))
+    read = read.align_params(function.get_space())
+    function = function.align_params(read.get_space())
+    element = read.preimage_domain_pw_multi_aff(function)
+    if not element.is_single_valued() or element.dim(isl.dim_type.param):
+        return None
+    pma = isl.PwMultiAff.from_map(element)
+    if pma.dim(isl.dim_type.out) != len(strides):
+        return None
+    flat = None
+    for d, stride in enumerate(strides):
+        term = pma.get_pw_aff(d).scale_val(isl.Val.int_from_si(pma.get_ctx(), stride))
+        flat = term if flat is None else flat.add(term)
+    if flat is None:
+        return None
+    pieces = flat.get_pieces()
+    if len(pieces) != 1:
+        return None
+    domain, aff = pieces[0]
+    fixed: list[str] = []
+    moving: list[str] = []
+    for j, name in enumerate(iterators):
+        coefficient = _integer(aff.get_coefficient_val(isl.dim_type.in_, j))
+        if coefficient is None:
+            return None
+        if coefficient:
+            (moving if name in varying else fixed).append(_scaled(coefficient, name))
+    for j in range(aff.dim(isl.dim_type.div)):
+        coefficient = _integer(aff.get_coefficient_val(isl.dim_type.div, j))
+        if coefficient is None:
+            return None
+        if not coefficient:
+            continue
+        text = _division(aff.get_div(j), domain, iterators, helpers)
+        if text is None:
+            return None
+        division, names, exact = text
+        sides = {n in varying for n in names}
+        if len(sides) != 1 or (sides == {True} and not exact):
+            return None
+        (moving if sides == {True} else fixed).append(_scaled(coefficient, f"({division})"))
+    constant = _integer(aff.get_constant_val())
+    if constant is None:
+        return None
+    if constant:
+        fixed.append(str(constant))
+    return " + ".join(fixed) or "0", " + ".join(moving) or "0"
+
+
+def _integer(value: isl.Val) -> int | None:
+    return int(value.to_python()) if value.is_int() else None
+
+
+def _scaled(coefficient: int, term: str) -> str:
+    return term if coefficient == 1 else f"{coefficient} * {term}"
+
+
+def _division(div: isl.Aff, domain: isl.Set, iterators: tuple[str, ...], helpers: Helpers
+              ) -> tuple[str, list[str], bool] | None:
+    """(C text of floor(div), the iterators it reads, whether it is C's ``/``) for an isl
+    div (an affine expression over a denominator): ``/`` where the numerator is never
+    negative on the domain, polycomp_floord otherwise (kept out of the reduction loop
+    only: a call per step would cost more than the index it saves)."""
+    ctx = div.get_ctx()
+    denominator = _integer(div.get_denominator_val())
+    if denominator is None or denominator <= 0:
+        return None
+    if any(not div.get_coefficient_val(isl.dim_type.div, j).is_zero()
+           for j in range(div.dim(isl.dim_type.div))):
+        return None  # a division inside a division
+    numerator = div.scale_val(isl.Val.int_from_si(ctx, denominator))
+    terms, names = [], []
+    for j, name in enumerate(iterators):
+        coefficient = _integer(numerator.get_coefficient_val(isl.dim_type.in_, j))
+        if coefficient is None:
+            return None
+        if coefficient:
+            terms.append(_scaled(coefficient, name))
+            names.append(name)
+    constant = _integer(numerator.get_constant_val())
+    if constant is None:
+        return None
+    if constant:
+        terms.append(str(constant))
+    text = " + ".join(terms) or "0"
+    zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(domain.get_space()))
+    negative = isl.PwAff.from_aff(numerator).intersect_domain(domain).lt_set(zero)
+    if negative.is_empty():
+        return f"({text}) / {denominator}", names, True
+    return f"{helpers.need('floord')}({text}, {denominator})", names, False

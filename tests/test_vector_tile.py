@@ -183,3 +183,33 @@ def test_register_tile_is_packed_even_without_gccs_vectoriser():
     assert tiles, report.summary()
     assert all(c.packed_fma and not c.scalar_fma for c in tiles), report.summary()
     assert max(len(c.accumulators) for c in tiles) >= RT.FMA_LATENCY * RT.FMA_PORTS
+
+
+@settings(max_examples=40, deadline=None)
+@given(point=st.tuples(st.integers(0, 3), st.integers(0, 6), st.integers(0, 27),
+                       st.integers(0, 1023), st.integers(0, 15)))
+def test_split_offset_adds_up_to_the_element_a_blocked_read_touches(point):
+    # x[c / 16][h][w][c % 16] of a 1x1 conv tile: rows (h, w) apart from the channel c
+    from polycomp.codegen.cexpr import Helpers
+    read = isl.Map("{ S[f, h, w, c, l] -> X[o0, h, w, c - 16o0] : 16o0 <= c <= 16o0 + 15 }")
+    names = ("c1", "c2", "c3", "c4", "c5")
+    function = isl.PwMultiAff("{ [c1, c2, c3, c4, c5] -> S[c1, 2 * c2, c3, c4, c5] }")
+    strides = [14 * 28 * 16, 28 * 16, 16, 1]
+    split = VT.split_offset(read, function, strides, names, {"c4": 0, "c5": 0}, Helpers())
+    assert split is not None
+    fixed, moving = split
+    assert "c4" not in fixed and "c2" not in moving and "c3" not in moving
+    values = dict(zip(names, point))
+    total = eval(f"({fixed}) + ({moving})".replace("/", "//"), {}, values)  # noqa: S307
+    c1, c2, c3, c4, _ = point
+    assert total == (c4 // 16) * strides[0] + 2 * c2 * strides[1] + c3 * 16 + c4 % 16
+
+
+def test_split_offset_refuses_a_division_that_may_round_down_negative():
+    from polycomp.codegen.cexpr import Helpers
+    read = isl.Map("{ S[c] -> X[o0, c - 16o0] : 16o0 <= c <= 16o0 + 15 }")
+    function = isl.PwMultiAff("{ [c1] -> S[c1] }")
+    # no lower bound on c1: C's / would round toward zero (rows of 100: c / 16 stays)
+    assert VT.split_offset(read, function, [100, 1], ("c1",), {"c1": None}, Helpers()) is None
+    split = VT.split_offset(read, function, [100, 1], ("c1",), {"c1": 0}, Helpers())
+    assert split is not None and "/ 16" in split[1]
