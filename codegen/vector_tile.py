@@ -106,11 +106,32 @@ def vector_type(dtype: str, n: int, helpers: Helpers) -> tuple[str, str, str]:
     return vtype, load, store
 
 
+def gather(dtype: str, n: int, helpers: Helpers) -> str:
+    """The helper that builds a vector of ``n`` lanes of ``dtype`` from elements
+    ``stride`` apart (declared in ``helpers`` on first use; gcc writes the lanes with
+    scalar loads and inserts, or a gather)."""
+    vtype, _, _ = vector_type(dtype, n, helpers)
+    ctype = ELEMENTS[dtype][0]
+    name = f"polycomp_vgather_v{n}s{ELEMENTS[dtype][2]}"
+    if name not in helpers.used:
+        lanes = ", ".join(f"p[{i} * stride]" for i in range(n))
+        # one initialiser of plain loads: after inlining, gcc loads the lanes once for
+        # all the rows of a tile that share them (a loop here kept it from doing so)
+        helpers.used[name] = (
+            f"static inline {vtype} {name}(const {ctype} *p, long stride) "
+            f"{{ return ({vtype}){{{lanes}}}; }}")
+    return name
+
+
 def lane_steps(call: isl.AstExpr, stmt: Statement, program: Program,
-               iterators: tuple[str, ...], lane: str) -> list[int]:
+               iterators: tuple[str, ...], lane: str,
+               strides: dict[str, list[int]] | None = None) -> list[int]:
     """Per read access of ``stmt`` (E.accesses order): 0 when its element stays in place
-    as ``lane`` moves by one, 1 when it moves by one in its last index. Raises NotVector
-    for any other access, or when the target does not move by one in its last index."""
+    as ``lane`` moves by one, 1 when it moves by one in its last index, s > 1 when it
+    moves by a constant s elements in memory (with the arrays' row-major ``strides``: a
+    depthwise conv's filter w[c][kh][kw] along the channel lanes, gathered). Raises
+    NotVector for any other access, or when the target does not move by one in its last
+    index."""
     if lane not in iterators:
         raise NotVector(f"{lane} is not among the loops around {stmt.name}")
     function = V.call_function(call, tuple(program.params), iterators, program.context)
@@ -121,15 +142,18 @@ def lane_steps(call: isl.AstExpr, stmt: Statement, program: Program,
         raise NotVector(f"the target of {stmt.name} does not move with unit stride")
     steps = []
     for read in stmt.reads[:len(E.accesses(stmt.expr))]:
-        step = _step(read, function, k)
+        array = read.get_tuple_name(isl.dim_type.out)
+        step = _step(read, function, k, (strides or {}).get(array))
         if step is None:
             raise NotVector(f"a read of {stmt.name} neither stays nor moves by one")
         steps.append(step)
     return steps
 
 
-def _step(access: isl.Map, function: isl.PwMultiAff, k: int) -> int | None:
-    """0 or 1 (see lane_steps), else None."""
+def _step(access: isl.Map, function: isl.PwMultiAff, k: int,
+          strides: list[int] | None = None) -> int | None:
+    """0, 1 or, given the array's strides, a constant step s > 1 (see lane_steps); else
+    None."""
     access = access.align_params(function.get_space())
     function = function.align_params(access.get_space())
     element = access.preimage_domain_pw_multi_aff(function)
@@ -152,16 +176,24 @@ def _step(access: isl.Map, function: isl.PwMultiAff, k: int) -> int | None:
         return 0
     if all(m == 0 for m in moves[:-1]) and moves[-1] == 1:
         return 1
+    if strides is not None and len(strides) == n:
+        flat = sum(m * s for m, s in zip(moves, strides))
+        if flat > 1:
+            return flat
     return None
 
 
 def _constant(pa: isl.PwAff) -> int | None:
-    """The value of a piecewise affine function that is one constant on its domain."""
-    for value in (0, 1):
-        constant = isl.PwAff.val_on_domain(pa.domain(), isl.Val.int_from_si(pa.get_ctx(), value))
-        if pa.sub(constant).non_zero_set().is_empty():
-            return value
-    return None
+    """The value of a piecewise affine function that is one integer constant on its
+    domain, else None."""
+    values = set()
+    for _, aff in pa.get_pieces():
+        if not aff.is_cst() or not aff.get_constant_val().is_int():
+            return None
+        values.add(int(aff.get_constant_val().to_python()))
+    if len(values) != 1:
+        return None
+    return values.pop()
 
 
 def split_offset(read: isl.Map, function: isl.PwMultiAff, strides: list[int],

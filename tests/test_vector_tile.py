@@ -11,12 +11,16 @@ from fractions import Fraction
 
 import islpy as isl
 import numpy as np
+import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import polycomp
+import polycomp.onnx as pco
 from polycomp.codegen import vector_tile as VT
+from polycomp.codegen.cexpr import Helpers
+from polycomp.onnx import zoo
 from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler import register_tile as RT
 
@@ -190,7 +194,6 @@ def test_register_tile_is_packed_even_without_gccs_vectoriser():
                        st.integers(0, 1023), st.integers(0, 15)))
 def test_split_offset_adds_up_to_the_element_a_blocked_read_touches(point):
     # x[c / 16][h][w][c % 16] of a 1x1 conv tile: rows (h, w) apart from the channel c
-    from polycomp.codegen.cexpr import Helpers
     read = isl.Map("{ S[f, h, w, c, l] -> X[o0, h, w, c - 16o0] : 16o0 <= c <= 16o0 + 15 }")
     names = ("c1", "c2", "c3", "c4", "c5")
     function = isl.PwMultiAff("{ [c1, c2, c3, c4, c5] -> S[c1, 2 * c2, c3, c4, c5] }")
@@ -206,10 +209,33 @@ def test_split_offset_adds_up_to_the_element_a_blocked_read_touches(point):
 
 
 def test_split_offset_refuses_a_division_that_may_round_down_negative():
-    from polycomp.codegen.cexpr import Helpers
     read = isl.Map("{ S[c] -> X[o0, c - 16o0] : 16o0 <= c <= 16o0 + 15 }")
     function = isl.PwMultiAff("{ [c1] -> S[c1] }")
     # no lower bound on c1: C's / would round toward zero (rows of 100: c / 16 stays)
     assert VT.split_offset(read, function, [100, 1], ("c1",), {"c1": None}, Helpers()) is None
     split = VT.split_offset(read, function, [100, 1], ("c1",), {"c1": 0}, Helpers())
     assert split is not None and "/ 16" in split[1]
+
+
+def test_lane_steps_give_a_strided_read_its_step_in_memory():
+    # a depthwise filter w[c][kh][kw] along the channel lanes: 9 elements apart
+    function = isl.PwMultiAff("{ [c0, c1] -> S[c0, c1] }")
+    access = isl.Map("{ S[i, j] -> W[j, i, 0] : 0 <= i <= 2 }")
+    assert VT._step(access, function, 1, [9, 3, 1]) == 9
+    assert VT._step(access, function, 1) is None  # without strides: not a vector load
+    assert VT._step(isl.Map("{ S[i, j] -> W[i, j] }"), function, 1, [16, 1]) == 1
+
+
+@pytest.mark.needs_cc
+def test_depthwise_tile_in_model_context_gathers_its_filter_and_matches_numpy():
+    model = zoo.mobilenet_block()
+    feed = zoo.random_inputs(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", polycomp.PerformanceWarning)
+        session = pco.InferenceSession(model.SerializeToString())
+    got = session.run(None, feed)[0]
+    sources = [k.source for k in session.compiled().kernels.values()]
+    assert any("polycomp_vgather_v" in s and VT.MARKER in s for s in sources)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
