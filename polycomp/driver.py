@@ -29,6 +29,7 @@ from .scheduler.inlining import inline_pointwise
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
 from .scheduler.passes import run_passes
+from .scheduler.reciprocals import hoist_reciprocals
 from .scheduler.reductions import relax_reductions
 from .scheduler.stripmining import strip_mine_blocked
 from .scheduler.tree import dump
@@ -68,6 +69,8 @@ def analyze_program(program: Program, options: Options) -> tuple[Program, Depend
         program = strip_mine_blocked(program)
     if options.expand_scalars and options.scheduler != "none":
         program = expand_scalars(program)
+    if not options.exact_fp:
+        program = hoist_reciprocals(program)
     return program, relax_reductions(program, compute_dependences(program), options.exact_fp)
 
 
