@@ -473,8 +473,8 @@ def _iterator(loop: isl.AstNode) -> str:
 
 
 def _constant_init(loop: isl.AstNode) -> int | None:
-    """A loop's first value where it is a constant (a register tile's reduction loops
-    start at one: promote.py gives them bounds from the loops around only)."""
+    """A loop's first value where it is a constant, else None (a register tile's
+    reduction loops usually start at 0: their bounds are the point band's)."""
     init = loop.for_get_init()
     if init.get_type() != isl.ast_expr_type.int:
         return None

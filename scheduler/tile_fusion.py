@@ -158,9 +158,9 @@ def _fuse_at(seq: isl.ScheduleNode, i: int, program: Program,
     for part in (init, epilogue):
         if part is not None:
             maps += part
-    fused = _union(maps)
+    fused = U.union_map(maps)
     group = [first + j for j in range(1 + (init is not None) + (epilogue is not None))]
-    band_f = _rebuild(seq, group, fused, k)
+    band_f = _rebuild(seq, group, fused)
     if band_f is None or mark_at is None:
         return band_f
     # F's member at the mark runs in parallel as C's loop did (the pass adds locality,
@@ -179,20 +179,9 @@ def _project_head(umap: isl.UnionMap, d: int) -> isl.UnionMap:
     return U.union_map(m.project_out(isl.dim_type.out, 0, d) for m in U.maps_of(umap))
 
 
-def _union(maps: list[isl.UnionMap]) -> isl.UnionMap:
-    out = maps[0]
-    for m in maps[1:]:
-        out = out.union(m)
-    return out
-
-
 def _project_tail(tiles: isl.UnionMap, n: int, k: int) -> isl.UnionMap:
-    out = None
-    for m in U.maps_of(tiles):
-        m = m.project_out(isl.dim_type.out, k, n - k)
-        out = isl.UnionMap(m) if out is None else out.union(isl.UnionMap(m))
-    assert out is not None
-    return out
+    """The first k of n output dimensions."""
+    return U.union_map(m.project_out(isl.dim_type.out, k, n - k) for m in U.maps_of(tiles))
 
 
 def _element_tiles(written: isl.UnionMap, tile: isl.UnionMap,
@@ -275,11 +264,10 @@ def _tile_through_reads(s, known: dict[str, isl.UnionMap]) -> isl.UnionMap | Non
     return tile
 
 
-def _rebuild(seq: isl.ScheduleNode, group: list[int], fused: isl.UnionMap,
-             k: int) -> isl.ScheduleNode | None:
+def _rebuild(seq: isl.ScheduleNode, group: list[int], fused: isl.UnionMap
+             ) -> isl.ScheduleNode | None:
     """The tree with the sequence's children ``group`` (consecutive) under one band F of
-    ``fused``, returned at F; the parallel marks inside them removed, isolate options
-    widened by F's k members."""
+    ``fused``, returned at F; the parallel marks inside them removed."""
     n = seq.n_children()
     where = _path(seq)
     filters = [seq.child(j).filter_get_filter() for j in range(n)]
@@ -287,10 +275,10 @@ def _rebuild(seq: isl.ScheduleNode, group: list[int], fused: isl.UnionMap,
     before = [filters[j] for j in range(0, group[0])]
     after = [filters[j] for j in range(group[-1] + 1, n)]
     if before:
-        parts.append(_union_sets(before))
-    parts.append(_union_sets([filters[j] for j in group]))
+        parts.append(U.union_set(before))
+    parts.append(U.union_set([filters[j] for j in group]))
     if after:
-        parts.append(_union_sets(after))
+        parts.append(U.union_set(after))
     position = 1 if before else 0
     filter_list = isl.UnionSetList.alloc(U.CTX, len(parts))
     for p in parts:
@@ -306,19 +294,12 @@ def _rebuild(seq: isl.ScheduleNode, group: list[int], fused: isl.UnionMap,
         if j != position and top.child(j).child(0).get_type() == T.node_type.sequence:
             top = top.sequence_splice_child(j)
     # find F again: the band whose domain is the group's
-    wanted = _union_sets([filters[j] for j in group])
+    wanted = U.union_set([filters[j] for j in group])
     for candidate in T.subtree(top):
         if T.is_band(candidate) and candidate.get_domain().is_equal(wanted) and \
                 candidate.parent().get_type() == T.node_type.filter:
             return candidate
     return None
-
-
-def _union_sets(sets: list[isl.UnionSet]) -> isl.UnionSet:
-    out = sets[0]
-    for s in sets[1:]:
-        out = out.union(s)
-    return out
 
 
 def _strip_parallel_marks(node: isl.ScheduleNode) -> isl.ScheduleNode:
