@@ -70,7 +70,8 @@ from . import register_tile as RT
 from . import tree as T
 from .dependences import Dependences
 from .legality import carried_by_member, vector_reduction_ok, violated
-from .tiling import MARK_POINT_BAND, PointSettings, band_extents, replace_band
+from .tiling import (MARK_POINT_BAND, PointSettings, band_extent_shares, band_extents,
+                     replace_band)
 
 # at most this many statement copies in one unrolled register tile (Options.unroll is
 # clamped to it: the C text and gcc's time grow with the copies)
@@ -393,7 +394,7 @@ def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
     candidates = [m for m in loops if m != c and m not in reductions
                   and carried_by_member(node, m, deps).is_empty()]
     lanes = CM.simd_lanes(_vector_itemsize(node, program, plan))
-    tile = RT.choose(refs, c, candidates, extents, lanes)
+    tile = RT.choose(refs, c, candidates, extents, lanes, shares=band_extent_shares(node))
     if tile is None:
         return None
     factors = dict(tile.factors)

@@ -18,8 +18,8 @@ The tile must fit: accumulators + the vector operands held across the copies + R
 live); it should have at least FMA latency x FMA ports accumulators (else the FMA units
 wait on their own results), and at most 16 unless it loads at most once per two FMAs
 (then 24: a tile bound by its loads gains nothing from more, and gcc spilled). Among
-the tiles that fit: the fewest loads per FMA, counting partial register tiles (written
-apart by isl, much slower) against it, then the most accumulators, then the fewest rows
+the tiles that fit: the fewest loads per FMA over all points, the partial register
+tiles at the ends of the loops included (``_expected_cost``), then the most accumulators, then the fewest rows
 of data. A channel-blocked convolution's best tiles are columns of output-channel blocks
 (the filter's vectors) times a row of pixels (the input's broadcasts), as in MLAS's
 NCHWc kernel: measured here (AVX-512, one core, NCHWc input, hand-written C of the same
@@ -32,7 +32,7 @@ rows x 4 vectors. (BLIS's and MLAS's SGEMM kernels use 6 x 4 and 12 x 2 vectors.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import cache_model as CM
@@ -49,9 +49,11 @@ MAX_MEMBERS = 2
 # registers left over for a broadcast operand and the compiler's own use (gcc spilled
 # accumulators of a 28-accumulator conv tile that left it one)
 RESERVED = 2
-# a share of a member's points in partial register tiles counted as this many extra
-# loads per FMA (scheduler/intratile.PARTIAL_SHARE: partial tiles run far slower)
-PARTIAL_WEIGHT = 2.0
+# loads per FMA charged for the points of a partial register tile that isl writes with
+# guards in its copies (codegen/promote.py then keeps no accumulator in a register):
+# squeezenet's last conv, 63 channel blocks in tiles of 12 by 4-block columns, spent 45 %
+# of its time in the last 3 blocks, about 16 times a full tile's time per point
+UNPROMOTED = 4.0
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,18 @@ class RegisterTile:
 
 def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
            extents: Sequence[int | None], lanes: int,
-           registers: RegisterFile | None = None) -> RegisterTile | None:
+           registers: RegisterFile | None = None,
+           shares: Sequence[Mapping[int, float] | None] | None = None) -> RegisterTile | None:
     """The register tile for a band whose written reference is ``refs``' write (module
     doc): ``candidates`` are the members that may be unrolled (they carry nothing);
-    None when no tile of at least two accumulators fits."""
+    ``shares``, per member, the extents it has in the tiles and their shares of the
+    points (scheduler/tiling.band_extent_shares; else ``extents`` alone). None when no
+    tile of at least two accumulators fits."""
     registers = registers or machine_registers()
+
+    def spread(m: int) -> Mapping[int, float]:
+        given = shares[m] if shares is not None else None
+        return given or ({extents[m]: 1.0} if extents[m] else {})
     writes = [r for r in refs if r.write]
     if len(writes) != 1:
         return None
@@ -120,11 +129,10 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
                             or tile.accumulators + held + RESERVED > registers.vectors
                             or tile.accumulators > _most_accumulators(tile)):
                         continue
-                    share = max([_share(extents[m], f) for m, f in unroll.items()]
-                                + [_share(extents[vector], strip)])
-                    cost = tile.loads_per_fma + PARTIAL_WEIGHT * share
+                    cost, partial = _expected_cost(reads, vector, vectors, unroll, strip,
+                                                   spread)
                     key = (tile.accumulators < registers.min_accumulators, round(cost, 6),
-                           -tile.accumulators, _pointers(reads, unroll))
+                           partial > 0, -tile.accumulators, _pointers(reads, unroll))
                     if best_key is None or key < best_key:
                         best, best_key = tile, key
     return best
@@ -198,7 +206,36 @@ def _held(reads: Sequence[CM.Reference], vector: int, vectors: int,
     return held
 
 
-def _share(extent: int | None, factor: int) -> float:
-    if not extent:
-        return 0.0
-    return (extent % factor) / extent
+def _expected_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
+                   factors: dict[int, int], strip: int,
+                   spread: Callable[[int], Mapping[int, float]]) -> tuple[float, float]:
+    """Loads per FMA over all of the band's points, partial register tiles included, and
+    the share of the points in partial tiles (at equal cost, the tile without them is
+    the simpler code).
+
+    A member whose extent in some tiles is not a multiple of its factor leaves a partial
+    register tile at the end of its loop. Where no member inside it (in the band's order,
+    which is the order of the loops over register tiles) has a partial tile too, isl
+    writes that remainder as a smaller register tile of its own, with no guard: it costs
+    that tile's loads per FMA (13 pixels by 7 are a 7-pixel and a 6-pixel tile). Where
+    one does, the remainder's loop holds full and partial copies of the inner member
+    under guards and keeps nothing in registers: UNPROMOTED. So does a partial strip of
+    the vector member."""
+    dims = dict(factors)
+    if strip > 1:
+        dims[vector] = strip
+    remainders = {d: {extent % f: share * (extent % f) / extent
+                      for extent, share in spread(d).items() if extent % f}
+                  for d, f in dims.items()}
+    partial = {d: sum(r.values()) for d, r in remainders.items()}
+    full = _tile(reads, vector, vectors, factors)
+    cost = max(0.0, 1.0 - sum(partial.values())) * full.loads_per_fma
+    for d, rests in remainders.items():
+        guarded = d == vector or any(partial[e] > 0 for e in dims if e > d)
+        for rest, share in rests.items():
+            if guarded:
+                cost += share * UNPROMOTED
+            else:
+                cost += share * _tile(reads, vector, vectors,
+                                      {**factors, d: rest}).loads_per_fma
+    return cost, sum(partial.values())

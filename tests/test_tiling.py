@@ -16,7 +16,7 @@ from polycomp.scheduler import compute_dependences, get_scheduler
 from polycomp.scheduler import tree as T
 from polycomp.scheduler.legality import check_schedule, is_parallel_member
 from polycomp.scheduler.parallel import mark_parallel
-from polycomp.scheduler.tiling import (MARK_POINT_BAND, band_extents, set_coincidence,
+from polycomp.scheduler.tiling import (MARK_POINT_BAND, band_extent_shares, band_extents, set_coincidence,
                                        tile_bands, tile_sizes)
 from polycomp.testing import check_against_reference
 
@@ -62,6 +62,18 @@ def test_matmul_tiled_with_32_32_8_is_the_expected_map():
     assert [point.band_member_get_coincident(k) for k in range(3)] == [True, True, False]
     assert len(marks(schedule, MARK_POINT_BAND)) == 1
     check_schedule(schedule, deps)
+
+
+def test_a_point_band_knows_its_last_tiles_extents():
+    # 1000 output channels in blocks of 16 are 63 blocks: tiles of 12 leave 3 in the last
+    domain = isl.UnionSet("{ S[b, p] : 0 <= b < 63 and 0 <= p < 13 }")
+    node = isl.Schedule.from_domain(domain).get_root().child(0).insert_partial_schedule(
+        isl.MultiUnionPwAff("[{ S[b, p] -> [(b)] }, { S[b, p] -> [(p)] }]"))
+    sizes = isl.MultiVal.zero(node.band_get_space()).set_at(0, 12).set_at(1, 13)
+    point = node.band_tile(sizes).child(0)
+    assert band_extents(point) == [12, 13]
+    shares = band_extent_shares(point)
+    assert shares[0] == pytest.approx({12: 60 / 63, 3: 3 / 63}) and shares[1] == {13: 1.0}
 
 
 def test_a_short_size_list_repeats_its_last_size():
