@@ -200,6 +200,22 @@ def test_gemm_matches_onnxruntime(trans_a, trans_b, alpha, beta, c_shape):
     check(model, feeds)
 
 
+@pytest.mark.parametrize("rows, trans_b, alpha, beta", [
+    (1, 1, 1.0, 1.0),  # a fully connected layer at batch 1: bias added after the sum
+    (1, 0, 0.5, 2.0),
+    (3, 1, 1.0, -1.0),
+    (1, 1, 1.0, 0.0),
+])
+def test_gemm_with_constant_weights_matches_onnxruntime(rows, trans_b, alpha, beta):
+    rng = np.random.default_rng(5)
+    k, n = 40, 37  # 37 columns: channel blocking pads the last block
+    weights = rand(rng, *((n, k) if trans_b else (k, n)))
+    feeds = {"a": rand(rng, rows, k)}
+    model = make_model([node("Gemm", ["a", "w", "c"], ["y"], transB=trans_b, alpha=alpha,
+                             beta=beta)], feeds, {"w": weights, "c": rand(rng, n)})
+    check(model, feeds)
+
+
 @pytest.mark.parametrize("a_shape, b_shape, dtype", [
     ((3, 4), (4, 5), np.float32),
     ((2, 1, 3, 4), (5, 4, 2), np.float32),  # batch dimensions broadcast both ways

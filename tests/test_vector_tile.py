@@ -255,3 +255,35 @@ def test_depthwise_tile_in_model_context_gathers_its_filter_and_matches_numpy():
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.needs_cc
+@pytest.mark.skipif(not X86, reason="reads x86-64 object code")
+def test_a_fully_connected_head_at_batch_1_is_a_packed_register_tile():
+    # Gemm(transB) + Softmax as ResNet-50 ends: with the bias as the reduction's init it
+    # was scalar code under a guard in the k loop (1.36 ms against onnxruntime's 0.61)
+    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
+    rng = np.random.default_rng(0)
+    k, n = 256, 200
+    inits = [numpy_helper.from_array(rng.standard_normal((n, k)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1),
+         helper.make_node("Softmax", ["y"], ["z"], name="softmax")], "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feed = {"x": rng.standard_normal((1, k)).astype(np.float32)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", polycomp.PerformanceWarning)  # softmax's own loops
+        session = pco.InferenceSession(model.SerializeToString())
+    got = session.run(None, feed)[0]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    kernel, = session.compiled().kernels.values()
+    assert VT.MARKER in kernel.source and "#pragma omp parallel" in kernel.source
+    report = polycomp.inspect(kernel)
+    lines = kernel.source.splitlines()
+    tiles = [c for c in report.loops if VT.MARKER in lines[c.loop.line - 2]]
+    assert tiles and all(c.packed_fma and not c.scalar_fma for c in tiles), report.summary()

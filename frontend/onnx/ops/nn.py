@@ -544,29 +544,45 @@ def _gemm(ctx: NodeContext) -> None:
     trans_a, trans_b = _int(ctx, "transA", 0), _int(ctx, "transB", 0)
     m_extent, n_extent = ctx.out_shape()
     k_extent = a.shape[0] if trans_a else a.shape[1]
-    m, n, k = _iters(3)
+    # one row (a fully connected layer at batch 1): no iterator for it, so that the
+    # scheduler's first loop is the output column, not a loop of one iteration that
+    # every statement trivially shares (fusion would take it for a parallel loop)
+    row = m_extent == 1
+    if row:
+        (n, k), m = _iters(2), _c(0)
+    else:
+        m, n, k = _iters(3)
+    rows = () if row else (m_extent,)
+    at = (lambda m_, n_: (n_,)) if row else (lambda m_, n_: (m_, n_))  # noqa: E731
     product = _mul(a[(k, m) if trans_a else (m, k)], b[(n, k) if trans_b else (k, n)], dtype)
     c_term = None
     if c is not None and beta != 0.0:
         c_term = broadcast(c, (m, n))
         if beta != 1.0:
             c_term = _mul(elem_const(beta, dtype), c_term, dtype)
-    if alpha == 1.0:
-        out = ctx.output(0)
+    # constant weights with a bias (a fully connected layer): the product accumulates
+    # from 0 and the bias is added after, as Conv's, so that channel blocking can pack
+    # the weights (scheduler/blocking.py blocks reductions that start from 0 only); with
+    # the bias as the init, ResNet-50's 2048 -> 1000 head ran as scalar code, 2.2x
+    # onnxruntime's time
+    bias_after = c_term is not None and b.value is not None and E.is_float(dtype)
+    out = ctx.output(0)
+    if alpha == 1.0 and not bias_after:
         ctx.b.assign(out[(m, n)], c_term if c_term is not None else elem_const(0, dtype),
-                     (m_extent, n_extent), location=ctx.location)
-        ctx.b.assign(out[(m, n)], product, (m_extent, n_extent, k_extent), reduction="+",
+                     rows + (n_extent,), location=ctx.location)
+        ctx.b.assign(out[(m, n)], product, rows + (n_extent, k_extent), reduction="+",
                      location=ctx.location)
         return
-    acc = _accumulate(ctx, (m_extent, n_extent), dtype, True)
+    acc = _accumulate(ctx, rows + (n_extent,), dtype, True)
     _init(ctx, acc, elem_const(0, dtype))
-    ctx.b.assign(acc[(m, n)], product, (m_extent, n_extent, k_extent), reduction="+",
+    ctx.b.assign(acc[at(m, n)], product, rows + (n_extent, k_extent), reduction="+",
                  location=ctx.location)
-    out = ctx.output(0)
-    value = _mul(elem_const(alpha, dtype), acc[(m, n)], dtype)
+    value = acc[at(m, n)]
+    if alpha != 1.0:
+        value = _mul(elem_const(alpha, dtype), value, dtype)
     if c_term is not None:
         value = E.Binary("add", value, c_term, dtype)
-    ctx.b.assign(out[(m, n)], value, (m_extent, n_extent), location=ctx.location)
+    ctx.b.assign(out[(m, n)], value, rows + (n_extent,), location=ctx.location)
 
 
 # ----------------------------------------------------------------------------- pooling
