@@ -242,16 +242,36 @@ def test_lane_steps_give_a_strided_read_its_step_in_memory():
     assert VT._step(isl.Map("{ S[i, j] -> W[i, j] }"), function, 1, [16, 1]) == 1
 
 
+def _filter_as_input(model, node_name: str):
+    """The model with the named node's filter an input instead of an initializer."""
+    import onnx  # noqa: PLC0415
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    name = next(n.input[1] for n in model.graph.node if n.name == node_name)
+    init = next(i for i in model.graph.initializer if i.name == name)
+    model.graph.initializer.remove(init)
+    model.graph.input.append(onnx.helper.make_tensor_value_info(
+        name, init.data_type, list(init.dims)))
+    return model, {name: onnx.numpy_helper.to_array(init)}
+
+
 @pytest.mark.needs_cc
-def test_depthwise_tile_in_model_context_gathers_its_filter_and_matches_numpy():
+@pytest.mark.parametrize("constant", [True, False])
+def test_depthwise_tile_in_model_context_loads_or_gathers_its_filter(constant):
+    # a constant filter is stored channel-blocked as the activations (one vector load
+    # per tap); a filter given at run time moves by 9 floats per lane: a gathered vector
     model = zoo.mobilenet_block()
     feed = zoo.random_inputs(model)
+    if not constant:
+        model, extra = _filter_as_input(model, "depthwise")
+        feed.update(extra)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", polycomp.PerformanceWarning)
         session = pco.InferenceSession(model.SerializeToString())
     got = session.run(None, feed)[0]
     sources = [k.source for k in session.compiled().kernels.values()]
-    assert any("polycomp_vgather_v" in s and VT.MARKER in s for s in sources)
+    tiles = [s for s in sources if VT.MARKER in s and "* 3 + c" in s]  # the 3x3 taps
+    assert tiles
+    assert all(("polycomp_vgather_v" in s) != constant for s in tiles)
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

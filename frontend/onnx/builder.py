@@ -248,6 +248,24 @@ class GroupBuilder:
         self.tables[value_name] = data
         return self.input(value_name, dtype, data.shape, data)
 
+    def blocked_table(self, data: np.ndarray, dtype: str, what: str, block: int) -> Tensor:
+        """A constant (N, C, ...) table stored channel-blocked by ``block`` (the last
+        block's extra lanes hold zeros), seen through the blocked view with ``data``'s
+        shape: a depthwise convolution's filter then moves along the lanes as its blocked
+        input and output do, and is one vector load instead of a gather."""
+        data = np.asarray(data, dtype=dtype)
+        n, c, *rest = data.shape
+        padded = np.zeros((n, -(-c // block) * block, *rest), dtype=dtype)
+        padded[:, :c] = data
+        stored = np.ascontiguousarray(np.moveaxis(
+            padded.reshape(n, -1, block, *rest), 2, -1))
+        value_name = f"\x00table{len(self.tables)}:{what}"
+        self.tables[value_name] = stored
+        name = self._new_name()
+        self.arrays[name] = _ArrayDecl(name, dtype, stored.shape, "input", value_name)
+        tensor = Tensor(value_name, dtype, tuple(data.shape), name, None, data)
+        return self._blocked_view(tensor, block)
+
     def new_array(self, value_name: str, dtype: str, shape: Sequence[int],
                   block: int | None = None) -> Tensor:
         """A fresh array for a value the group computes (a temporary until

@@ -359,6 +359,11 @@ def _conv(ctx: NodeContext) -> None:
     acc = _accumulate(ctx, out_shape, wide, has_bias or wide != dtype or relaid, block)
     _init(ctx, acc, elem_const(0, wide))
     xv, wv = x[x_index], w[(f, wc) + ks]
+    if block and w.value is not None and wide == dtype:
+        # the filter blocked as its input: (1, C, kh, kw) stored (1, C/16, kh, kw, 16)
+        filters = w.value.reshape((1, m_out) + tuple(w.shape[2:]))  # one channel per group
+        table = ctx.b.blocked_table(filters, dtype, "depthwise", block)
+        wv = table[(_c(0), f) + ks]
     if wide != dtype:
         xv, wv = E.Cast(xv, wide), E.Cast(wv, wide)
     ctx.b.assign(acc[(n, f) + pos], _mul(xv, wv, wide), extents,
