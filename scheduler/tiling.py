@@ -64,6 +64,7 @@ from polycomp.ir import Program
 from polycomp.options import Options, configure_isl
 
 from . import cache_model as CM
+from . import register_tile as RT
 from . import tree as T
 from .dependences import Dependences
 from .legality import is_parallel_member
@@ -79,6 +80,9 @@ MIN_TILES = 4
 # a tile of fewer values than this along the first parallel member re-reads what stays in
 # place along it often enough to cut another member instead (_limits)
 SHORT_TILE = 64
+# the column of a register tile (scheduler/register_tile.py) that a parallel member must
+# leave whole in each tile: MLAS's NCHWc kernel takes up to 4 blocks of filters
+COLUMN = 4
 
 # A mark above the point band of a tile (read and removed by scheduler/intratile.py).
 MARK_POINT_BAND = "point_band"
@@ -435,18 +439,25 @@ def model_sizes(node: isl.ScheduleNode, program: Program, options: Options,
                 if innermost is not None and unroll >= 2 else ())
     choice = CM.choose_tile_sizes(refs, extents, capacity, unroll=unroll,
                                   lanes=CM.simd_lanes(itemsize), innermost=innermost,
-                                  row_capacity=row, limits=_limits(node, extents, deps, refs),
+                                  row_capacity=row,
+                                  limits=_limits(node, extents, deps, refs, innermost),
                                   unrolled=unrolled)
     return choice.sizes
 
 
 def _limits(node: isl.ScheduleNode, extents: list[int | None],
             deps: isl.UnionMap | None,
-            refs: Sequence[CM.Reference] | None = None) -> list[int | None]:
+            refs: Sequence[CM.Reference] | None = None,
+            innermost: int | None = None) -> list[int | None]:
     """Extents, divided by MIN_TILES for the members that parallel loops come from."""
     loops = [m for m, e in enumerate(extents) if e is None or e > 1]
     parallel = [m for m in loops if deps is not None and is_parallel_member(node, m, deps)]
     first = parallel[0] if parallel else None
+    row = _row_instead_of_column(refs, extents, parallel, innermost)
+    if row is not None:
+        # twice as many tiles: rows are cheap to cut, and 7 tiles on 2 threads ran 4:3
+        return [max(1, e // (2 * MIN_TILES)) if m == row and e is not None else e
+                for m, e in enumerate(extents)]
     if len(parallel) > 1 and refs is not None and extents[first] is not None \
             and 1 < extents[first] // MIN_TILES < SHORT_TILE \
             and _invariant_bytes(refs, first) > CM.CACHE_FRACTION * CM.cache_sizes()[2]:
@@ -463,6 +474,26 @@ def _limits(node: isl.ScheduleNode, extents: list[int | None],
     spread = loops[:loops.index(first) + 1] if first is not None else loops[:2]
     return [max(1, e // MIN_TILES) if m in spread and e is not None else e
             for m, e in enumerate(extents)]
+
+
+def _row_instead_of_column(refs: Sequence[CM.Reference] | None, extents: list[int | None],
+                           parallel: list[int], innermost: int | None) -> int | None:
+    """The parallel member to cut into tiles for the parallel loop when the first one is
+    a short column of a register tile (a conv's few blocks of output channels, along
+    which its filter moves): cut into MIN_TILES, each tile would hold fewer blocks than
+    a register tile's column, and every tile would run one block by a row of pixels,
+    about one load per FMA (inception's 3 x 3 convs over 6 blocks at 28 x 28: 47 % of
+    the peak). The first parallel member that is a row instead (a conv's output rows),
+    or None to keep the first."""
+    if refs is None or innermost is None or not parallel:
+        return None
+    first = parallel[0]
+    if (extents[first] is None or extents[first] // MIN_TILES >= COLUMN
+            or not RT.is_column(refs, innermost, first)):
+        return None
+    rows = [m for m in parallel[1:] if m != innermost and extents[m] is not None
+            and extents[m] >= MIN_TILES and not RT.is_column(refs, innermost, m)]
+    return rows[0] if rows else None
 
 
 def _invariant_bytes(refs: Sequence[CM.Reference], m: int) -> float:

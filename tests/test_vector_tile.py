@@ -90,6 +90,16 @@ def test_conv_tile_is_filter_blocks_by_a_row_of_pixels(extents, blocked):
     assert tile.accumulators >= AVX512.min_accumulators and tile.loads_per_fma < 0.7
 
 
+@pytest.mark.parametrize("blocks, cut", [(6, 1), (4, 1), (16, None), (32, None)])
+def test_few_filter_blocks_leave_the_parallel_loop_to_the_output_rows(blocks, cut):
+    # inception's 3x3 convs over 6 blocks at 28 x 28: cut into 4 tiles for the parallel
+    # loop, the blocks left one per tile, and each register tile one block by a row of
+    # pixels (47 % of the peak); cut along the rows instead, a tile keeps its blocks
+    from polycomp.scheduler import tiling  # noqa: PLC0415
+    extents = [blocks, 28, 28, 96, 3, 3, 16]
+    assert tiling._row_instead_of_column(CONV_REFS, extents, [0, 1, 2], 6) == cut
+
+
 def test_a_column_that_leaves_a_partial_last_tile_is_not_chosen():
     # squeezenet's last conv: 1000 output channels are 63 blocks, in tiles of 12 blocks;
     # a column of 4 left its last 3 blocks to guarded scalar code (2.35 ms against
