@@ -257,6 +257,11 @@ class CPrinter:
         """The text ``stmt`` updates in place of its target's text ``target``."""
         return target
 
+    def extremum(self, stmt: Statement) -> str:
+        """The helper a ``max`` or ``min`` reduction of ``stmt`` calls (a dialect's vector
+        form in a register tile)."""
+        return self.helpers.need(stmt.reduction, stmt.target.dtype)
+
     def override_values(self, stmt: Statement, call: isl.AstExpr,
                         printer: ValuePrinter) -> None:
         """Set ``printer.overrides`` for the call ``call`` of ``stmt`` (a dialect's
@@ -326,7 +331,7 @@ def statement(stmt: Statement, printer: ValuePrinter, emitter: CPrinter) -> c.Ge
     if stmt.reduction in ("+", "*"):
         assign = c.Statement(f"{target} {stmt.reduction}= {value.code}")
     elif stmt.reduction in ("max", "min"):
-        fn = emitter.helpers.need(stmt.reduction, dtype)
+        fn = emitter.extremum(stmt)
         assign = c.Statement(f"{target} = {fn}({target}, {value.code})")
     else:
         assign = c.Statement(f"{target} = {value.code}")

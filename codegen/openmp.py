@@ -404,6 +404,13 @@ class OpenMPPrinter(CPrinter):
             elif split is not None:
                 printer.overrides[id(access)] = Text(f"{name}[{index}]")
 
+    def extremum(self, stmt: Statement) -> str:
+        """In a register tile, the vector form of the ``max``/``min`` helper."""
+        if self.tile_lanes is None or stmt.name not in self.promotion.statements:
+            return super().extremum(stmt)
+        return vector_tile.extremum(stmt.reduction, stmt.target.dtype, self.tile_lanes,
+                                    self.helpers)
+
     def _strides(self, array: str) -> list[int]:
         """Row-major strides of a specialised array, in elements."""
         extents = [U.pw_aff_value(e, {}) for e in self.program.array(array).shape]

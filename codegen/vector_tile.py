@@ -26,8 +26,9 @@ code of the loop below it must be packed arithmetic.
 
 What is printed this way (``lanes``): a nest whose vector loop's extent is a multiple of
 the vector width for the statements' one floating-point type, whose statements are ``+=``
-reductions of expressions made of array reads, constants, scalars of that type, ``+``,
-``-``, ``*`` and negation. Per call (``lane_steps``), proved with isl on the call's
+reductions (or ``max``/``min`` reductions, printed with a compare and masks: a pooling
+window's running maximum in a register) of expressions made of array reads, constants,
+scalars of that type, ``+``, ``-``, ``*`` and negation. Per call (``lane_steps``), proved with isl on the call's
 iterator expressions: the target's element moves by one in its last index per lane
 (promote already proved each lane its own element), and every read either stays in place
 along the lanes or moves by one in its last index. Anything else raises NotVector, and
@@ -49,6 +50,10 @@ from .cexpr import Helpers
 # element C type and size per dtype that a tile may hold
 ELEMENTS = {"float32": ("float", 4, "f"), "float64": ("double", 8, "d")}
 OPERATORS = ("add", "sub", "mul")
+# the reductions a tile accumulates: sums (FMAs) and max/min (pooling's windows)
+REDUCTIONS = ("+", "max", "min")
+# integer lanes of the same width, for the masks of extremum's selects
+MASKS = {"float32": ("int", "si"), "float64": ("long long", "di")}
 # the comment that marks a register tile's innermost loop for polycomp/machine_code.py
 MARKER = "/* polycomp: register tile */"
 
@@ -70,7 +75,7 @@ def lanes(statements: list[Statement], first: int, last: int,
     if n < 2 or (last - first + 1) % n:
         return None
     for stmt in statements:
-        if stmt.reduction != "+" or not _simple(stmt.expr, dtype):
+        if stmt.reduction not in REDUCTIONS or not _simple(stmt.expr, dtype):
             return None
     return n
 
@@ -104,6 +109,26 @@ def vector_type(dtype: str, n: int, helpers: Helpers) -> tuple[str, str, str]:
             f"static inline void {store}({ctype} *p, {vtype} v) "
             f"{{ __builtin_memcpy(p, &v, sizeof v); }}")
     return vtype, load, store
+
+
+def extremum(op: str, dtype: str, n: int, helpers: Helpers) -> str:
+    """The vector form of the scalar ``max``/``min`` helper (codegen/cexpr.py): per lane
+    ``b > a ? b : a`` (``<`` for min), the same select, NaNs included (an accumulator
+    that is NaN stays NaN; a NaN operand is skipped), written as a compare and masks."""
+    vtype, _, _ = vector_type(dtype, n, helpers)
+    itype, letters = MASKS[dtype]
+    mask = f"polycomp_v{n}{letters}"
+    name = f"polycomp_v{op}_v{n}s{ELEMENTS[dtype][2]}"
+    if mask not in helpers.used:
+        helpers.used[mask] = (f"typedef {itype} {mask} "
+                              f"__attribute__((vector_size({n * ELEMENTS[dtype][1]})));")
+    if name not in helpers.used:
+        compare = ">" if op == "max" else "<"
+        helpers.used[name] = (
+            f"static inline {vtype} {name}({vtype} a, {vtype} b) {{ "
+            f"{mask} m = b {compare} a; "
+            f"return ({vtype})((({mask})b & m) | (({mask})a & ~m)); }}")
+    return name
 
 
 def gather(dtype: str, n: int, helpers: Helpers) -> str:
