@@ -28,7 +28,8 @@ What is printed this way (``lanes``): a nest whose vector loop's extent is a mul
 the vector width for the statements' one floating-point type, whose statements are ``+=``
 reductions (or ``max``/``min`` reductions, printed with a compare and masks: a pooling
 window's running maximum in a register) of expressions made of array reads, constants,
-scalars of that type, ``+``, ``-``, ``*`` and negation. Per call (``lane_steps``), proved with isl on the call's
+scalars of that type, ``+``, ``-``, ``*`` and negation. Per call (``lane_steps``),
+proved with isl on the call's
 iterator expressions: the target's element moves by one in its last index per lane
 (promote already proved each lane its own element), and every read either stays in place
 along the lanes or moves by one in its last index. Anything else raises NotVector, and

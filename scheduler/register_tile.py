@@ -19,7 +19,8 @@ live); it should have at least FMA latency x FMA ports accumulators (else the FM
 wait on their own results), and at most 16 unless it loads at most once per two FMAs
 (then 24: a tile bound by its loads gains nothing from more, and gcc spilled). Among
 the tiles that fit: the fewest loads per FMA over all points, the partial register
-tiles at the ends of the loops included (``_expected_cost``), then the most accumulators, then the fewest rows
+tiles at the ends of the loops included (``_expected_cost``), then the most
+accumulators, then the fewest rows
 of data. A channel-blocked convolution's best tiles are columns of output-channel blocks
 (the filter's vectors) times a row of pixels (the input's broadcasts), as in MLAS's
 NCHWc kernel: measured here (AVX-512, one core, NCHWc input, hand-written C of the same
