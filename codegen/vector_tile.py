@@ -29,10 +29,9 @@ the vector width for the statements' one floating-point type, whose statements a
 reductions (or ``max``/``min`` reductions, printed with a compare and masks: a pooling
 window's running maximum in a register) of expressions made of array reads, constants,
 scalars of that type, ``+``, ``-``, ``*`` and negation. Per call (``lane_steps``),
-proved with isl on the call's
-iterator expressions: the target's element moves by one in its last index per lane
-(promote already proved each lane its own element), and every read either stays in place
-along the lanes or moves by one in its last index. Anything else raises NotVector, and
+proved with isl on the call's iterator expressions: the target's element moves by one in
+its last index per lane (promote already proved each lane its own element), and every
+read either stays in place along the lanes or moves by one in its last index. Anything else raises NotVector, and
 the printer falls back to promote's local arrays (the same values either way: each lane
 accumulates in the same order).
 """

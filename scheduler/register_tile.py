@@ -20,8 +20,7 @@ wait on their own results), and at most 16 unless it loads at most once per two 
 (then 24: a tile bound by its loads gains nothing from more, and gcc spilled). Among
 the tiles that fit: the fewest loads per FMA over all points, the partial register
 tiles at the ends of the loops included (``_expected_cost``), then the most
-accumulators, then the fewest rows
-of data. A channel-blocked convolution's best tiles are columns of output-channel blocks
+accumulators, then the fewest rows of data. A channel-blocked convolution's best tiles are columns of output-channel blocks
 (the filter's vectors) times a row of pixels (the input's broadcasts), as in MLAS's
 NCHWc kernel: measured here (AVX-512, one core, NCHWc input, hand-written C of the same
 shape) 7 pixels x 3 blocks ran a 14 x 14 x 1024 -> 256 1x1 conv at 187 GFLOP/s and a

@@ -449,7 +449,9 @@ def _limits(node: isl.ScheduleNode, extents: list[int | None],
             deps: isl.UnionMap | None,
             refs: Sequence[CM.Reference] | None = None,
             innermost: int | None = None) -> list[int | None]:
-    """Extents, divided by MIN_TILES for the members that parallel loops come from."""
+    """Extents, divided by MIN_TILES for the members that parallel loops come from (a
+    conv's output rows rather than a short column of its filter blocks: see
+    ``_row_instead_of_column``)."""
     loops = [m for m, e in enumerate(extents) if e is None or e > 1]
     parallel = [m for m in loops if deps is not None and is_parallel_member(node, m, deps)]
     first = parallel[0] if parallel else None
