@@ -402,6 +402,14 @@ def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
     strip = width if extents[c] is None or extents[c] > width else 1
     n = node.band_n_member()
     others = [m for m in range(n) if m not in reductions and (m != c or strip > 1)]
+    # the loops over register tiles: columns (members the vector operand moves along)
+    # outside rows, as BLIS's loop over B's panels runs outside its loop over A's rows: a
+    # panel then serves every row of the tile from L1 (a matmul's packed panels, swept
+    # once per 6 rows of A, ran at 136 GFLOP/s). A pinned parallel member stays first
+    pinned = [m for m in others if node.has_parent() and m == 0
+              and T.is_mark(node.parent(), T.MARK_PARALLEL)]
+    others = pinned + sorted((m for m in others if m not in pinned),
+                             key=lambda m: not RT.is_column(refs, c, m))
     # rows first (members the vector operands stay in place along), then columns: each
     # broadcast is then used by consecutive copies and dies, and the register file holds
     # the accumulators, the vector operands and one broadcast (register_tile's model)
@@ -547,13 +555,17 @@ def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
 # copies of the partial and the full register tiles alike (slower inner loops, same
 # results). Parametric tiled schedules with strided domains took minutes here.
 ISOLATE_OPERATIONS = 200_000
+# the budget for a register tile's plan (``strict``), whose fallback is far slower: the
+# packed sgemm at 1024 (row tiles of 66, 6-row register tiles: a partial one in the last
+# tile) needed 1-2 million (0.15 s), and its fallback's loop compiled to scalar FMAs
+REGISTER_TILE_OPERATIONS = 4_000_000
 
 
 def _full_register_tiles(unrolled: isl.ScheduleNode, n_outer: int,
                          factors: list[int], strip: int = 1,
                          strict: bool = False) -> isl.Set | None:
     """``_isolate_set`` within ISOLATE_OPERATIONS isl operations, else None (``strict``:
-    else IsolationOutOfBudget)."""
+    within REGISTER_TILE_OPERATIONS, else IsolationOutOfBudget)."""
     configure_isl()
     done = []
 
@@ -561,7 +573,8 @@ def _full_register_tiles(unrolled: isl.ScheduleNode, n_outer: int,
         result = _isolate_set(unrolled, n_outer, factors, strip)
         done.append(True)
         return result
-    result = U.within_operations(ISOLATE_OPERATIONS, isolate)
+    result = U.within_operations(REGISTER_TILE_OPERATIONS if strict else ISOLATE_OPERATIONS,
+                                 isolate)
     if not done and strict:
         raise IsolationOutOfBudget  # a register tile's plan: the caller plans without it
     return result

@@ -111,6 +111,7 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
     write = writes[0]
     reads = _reads(refs, write)
     members = [m for m in candidates if m != vector and not write.invariant(m)]
+    columns = {m for m in members if is_column(refs, vector, m)}
     best, best_key = None, None
     for vectors in range(1, MAX_VECTORS + 1):
         strip = vectors * lanes
@@ -123,6 +124,12 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
                            for m, f in zip(chosen, factors)):
                         continue
                     unroll = dict(zip(chosen, factors))
+                    if vectors > 1 and any(c in columns for c in chosen):
+                        # a strip of several vectors is one row of the vector operand;
+                        # copies along its columns would read several rows far apart
+                        # (a matmul's packed panels: 4 rows x 3 panels x 2 vectors ran
+                        # at 121 GFLOP/s, 6 rows x 4 vectors of one panel at 167)
+                        continue
                     tile = _tile(reads, vector, vectors, unroll)
                     held = _held(reads, vector, vectors, unroll)
                     if (tile.accumulators < 2

@@ -64,6 +64,7 @@ from polycomp.ir import Program
 from polycomp.options import Options, configure_isl
 
 from . import cache_model as CM
+from . import panel_tiles as PT
 from . import register_tile as RT
 from . import tree as T
 from .dependences import Dependences
@@ -437,12 +438,31 @@ def model_sizes(node: isl.ScheduleNode, program: Program, options: Options,
     unroll = options.unroll if options.unroll >= 2 else 1
     unrolled = (CM.unroll_candidates(refs, innermost, loops, extents, unroll)
                 if innermost is not None and unroll >= 2 else ())
+    if innermost is not None and not options.l2_tile:
+        panels = PT.panel_sizes(
+            refs, extents, innermost, CM.simd_lanes(itemsize),
+            lambda: _register_rows(refs, innermost, loops, extents, itemsize),
+            caches, _limits(node, extents, deps, refs, innermost))
+        if panels is not None:
+            return panels
     choice = CM.choose_tile_sizes(refs, extents, capacity, unroll=unroll,
                                   lanes=CM.simd_lanes(itemsize), innermost=innermost,
                                   row_capacity=row,
                                   limits=_limits(node, extents, deps, refs, innermost),
                                   unrolled=unrolled)
     return choice.sizes
+
+
+def _register_rows(refs: Sequence[CM.Reference], innermost: int, loops: Sequence[int],
+                   extents: list[int | None], itemsize: int) -> int:
+    """The product of the register tile's unroll factors other than the vector member's
+    (its rows), from the register model over the whole band: what a tile's size along
+    its rows should be a multiple of."""
+    writes = [r for r in refs if r.write]
+    candidates = [m for m in loops if m != innermost and writes
+                  and not writes[0].invariant(m)]
+    tile = RT.choose(refs, innermost, candidates, extents, CM.simd_lanes(itemsize))
+    return math.prod(f for _, f in tile.factors) if tile is not None else 1
 
 
 def _limits(node: isl.ScheduleNode, extents: list[int | None],

@@ -3,7 +3,8 @@ on constant weights (run once when the model is loaded) and the rest (run per ca
 
 Input: a group's Program and the names of its input arrays whose values are constant.
 Output: ``(prepare, main)``: ``prepare`` computes the packed weights channel blocking
-(scheduler/blocking.py) asks for, from the constant inputs; ``main`` reads them as
+(scheduler/blocking.py) and panel packing (scheduler/panels.py) ask for, from the
+constant inputs; ``main`` reads them as
 inputs. A 3x3 convolution of ResNet's last stage packs 9.4 MB of weights with a strided
 gather: per call that cost more than the convolution itself. ``None`` when nothing
 depends only on constants.
@@ -15,13 +16,13 @@ from dataclasses import replace
 
 from polycomp import islutil as U
 from polycomp.ir import Array, Program
-from polycomp.scheduler.blocking import block_channels
+from polycomp.scheduler.panels import block_and_pack
 
 
 def split_constant_work(program: Program, constant_inputs: set[str]
                         ) -> tuple[Program, Program] | None:
     """(prepare, main), or None when no statement reads only constant inputs."""
-    blocked = block_channels(program)
+    blocked = block_and_pack(program)
     if blocked is program:
         return None
     arrays = {a.name: a for a in blocked.arrays}
