@@ -21,7 +21,7 @@ from .errors import IllegalScheduleError, InternalError
 from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
-from .scheduler.panels import block_and_pack
+from .scheduler.panels import block_and_pack, packs_panels
 from .scheduler.budget import SchedulerFallbackWarning, call_in_time_limit
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
@@ -63,7 +63,7 @@ def analyze_program(program: Program, options: Options) -> tuple[Program, Depend
     program.validate()
     if options.block_channels and target.packs_channels and \
             options.scheduler not in ("none", "custom"):
-        program = block_and_pack(program)
+        program = block_and_pack(program, packs_panels(options))
     if options.scheduler not in ("none", "custom"):
         program = inline_pointwise(program)  # after blocking: its unpack is inlined too
         program = strip_mine_blocked(program)

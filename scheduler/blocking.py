@@ -54,15 +54,22 @@ dim = isl.dim_type
 
 def block_channels(program: Program) -> Program:
     """``program`` with every convolution-like reduction blocked (module doc)."""
+    return rewrite_each(program, _pattern, _blocked)
+
+
+def rewrite_each(program: Program, pattern, rewrite) -> Program:  # noqa: ANN001
+    """``program`` with ``rewrite(program, s, *found)`` applied for each statement s of
+    a specialised program where ``pattern(program, s)`` finds something; a rewrite that
+    raises _NotAffineTime (a padded block needs times for its extra lanes) is skipped."""
     if program.params:
         return program
     for stmt in program.statements:
-        found = _pattern(program, stmt)
+        found = pattern(program, stmt)
         if found is not None:
             try:
-                program = _blocked(program, stmt, *found)
+                program = rewrite(program, stmt, *found)
             except _NotAffineTime:
-                continue  # a padded block needs times for its extra lanes
+                continue
     return program
 
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
-
-import polycomp
-import polycomp.onnx as pco
 from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler import panel_tiles as PT
 from polycomp.scheduler import tiling
 from polycomp.scheduler.panels import MIN_ROWS, PANEL_ROW_BYTES, pack_panels
+
+import polycomp
+import polycomp.onnx as pco
 
 MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 BMM = ("def bmm(float(G,M,K) A, float(G,K,N) B) -> (C) "
@@ -129,3 +129,17 @@ def test_a_model_packs_its_constant_matmul_weights_once_at_load_time():
     import onnxruntime as ort
     expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_isls_scheduler_gets_the_product_unpacked_and_right():
+    """isl's scheduler schedules the parametric program, which packing would drop
+    (panels.packs_panels): its product stays unpacked, and matches numpy."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((20, 9)).astype(np.float32)
+    b = rng.standard_normal((9, LONG)).astype(np.float32)
+    kernel = polycomp.compile(MM, scheduler="isl")
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert "_panels" not in kernel.c_source
+    packed = polycomp.compile(MM)
+    np.testing.assert_allclose(packed(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert "_panels" in packed.c_source

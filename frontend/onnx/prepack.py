@@ -19,10 +19,11 @@ from polycomp.ir import Array, Program
 from polycomp.scheduler.panels import block_and_pack
 
 
-def split_constant_work(program: Program, constant_inputs: set[str]
+def split_constant_work(program: Program, constant_inputs: set[str], panels: bool = True
                         ) -> tuple[Program, Program] | None:
-    """(prepare, main), or None when no statement reads only constant inputs."""
-    blocked = block_and_pack(program)
+    """(prepare, main), or None when no statement reads only constant inputs; ``panels``
+    False leaves matrix products unpacked (scheduler/panels.packs_panels)."""
+    blocked = block_and_pack(program, panels)
     if blocked is program:
         return None
     arrays = {a.name: a for a in blocked.arrays}

@@ -27,6 +27,7 @@ from polycomp.frontend.onnx.model import LoadedModel, NeedsValueError, load_mode
 from polycomp.frontend.onnx.ops.host import run_host
 from polycomp.frontend.onnx.plan import GroupStep, HostStep, ModelPlan, build_plan
 from polycomp.frontend.onnx.prepack import split_constant_work
+from polycomp.scheduler.panels import packs_panels
 from polycomp.ir import Interface, Program, TensorArg
 from polycomp.onnx import model_cache
 from polycomp.onnx.library import ModelLibrary, link_model
@@ -489,7 +490,7 @@ def prepack(step: GroupStep, constants: dict[str, np.ndarray], options: Options)
     channel blocking) done now, at load time: its results join ``constants`` and the
     step's Program reads them as inputs (frontend/onnx/prepack.py)."""
     constant_arrays = {a for a, v in step.inputs if v in constants}
-    split = split_constant_work(step.program, constant_arrays)
+    split = split_constant_work(step.program, constant_arrays, packs_panels(options))
     if split is None:
         return step
     prepare, main = split
