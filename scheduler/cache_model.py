@@ -496,7 +496,7 @@ def choose_tile_sizes(refs: Sequence[Reference], extents: Sequence[int | None],
         size = _largest(lambda t: footprint(refs, with_inner(t)) <= row_capacity)
         if limit[innermost] is not None:
             size = min(size, float(limit[innermost]))  # type: ignore[arg-type]
-        fixed[innermost] = float(_round(size, extents[innermost], step[innermost], minimum))
+        fixed[innermost] = float(round_size(size, extents[innermost], step[innermost], minimum))
     # grow α by bisection; members that reach their extent are fixed there and the rest grow on
     for _ in range(n + 1):
         def sizes_at(alpha: float) -> list[float]:
@@ -509,7 +509,7 @@ def choose_tile_sizes(refs: Sequence[Reference], extents: Sequence[int | None],
         fixed.update(capped)
     rounded = tuple(_within_limit(
         int(sizes[m]) if m in fixed and m == innermost else
-        int(_round(sizes[m], extents[m], step[m], minimum)), extents[m], limit[m])
+        int(round_size(sizes[m], extents[m], step[m], minimum)), extents[m], limit[m])
         for m in range(n))
     return TileChoice(rounded, float(footprint(refs, rounded)), capacity)
 
@@ -544,7 +544,10 @@ def _largest(fits, limit: float = 1e7) -> float:
     return lo
 
 
-def _round(size: float, extent: int | None, step: int, minimum: int) -> int:
+def round_size(size: float, extent: int | None, step: int, minimum: int) -> int:
+    """``size`` as a tile: a multiple of ``step``, at least ``minimum``, at most the
+    extent, moved down to a divisor of the extent when one is at least half as large,
+    else evened out over as many tiles (no small last tile)."""
     if extent == 1:
         return 1
     if extent is not None and size >= extent:

@@ -63,7 +63,7 @@ def panel_sizes(refs: Sequence[CM.Reference], extents: Sequence[int | None], inn
     sizes = [1] * len(extents)
     sizes[innermost] = width  # type: ignore[assignment]
     kc = max(1, int(PANEL_L1 * caches[1] // (width * itemsize)))  # type: ignore[operator]
-    sizes[k] = CM._round(kc, extents[k], 1, 1)
+    sizes[k] = CM.round_size(kc, extents[k], 1, 1)
     mc = max(rows, int(A_L2 * caches[2] // (sizes[k] * itemsize)) // rows * rows)
     if limits is not None and limits[i] is not None and limits[i] < mc:
         mc = max(rows, limits[i] // rows * rows)  # type: ignore[operator]
@@ -73,7 +73,7 @@ def panel_sizes(refs: Sequence[CM.Reference], extents: Sequence[int | None], inn
     nc = min(nc, NC_PANELS)
     if limits is not None and limits[jo] is not None:
         nc = min(nc, limits[jo])  # type: ignore[type-var]
-    sizes[jo] = CM._round(max(1, nc), extents[jo], 1, 1)
+    sizes[jo] = CM.round_size(max(1, nc), extents[jo], 1, 1)
     return tuple(min(s, e) if e is not None else s for s, e in zip(sizes, extents))
 
 
@@ -105,14 +105,14 @@ def _roles(refs: Sequence[CM.Reference], extents: Sequence[int | None], innermos
     if len(writes) != 1 or width is None or not 2 * lanes <= width <= RT.MAX_VECTORS * lanes:
         return None
     write = writes[0]
-    n = len(extents)
+    loops = [m for m in range(len(extents)) if m != innermost and (extents[m] or 2) > 1]
+    if len(loops) != 3:
+        return None
     for p in refs:
         if p.write or len(p.steps) < 2 or p.extents[-1] != width \
-                or not p.unit_stride(innermost) or p.steps[-1][innermost] != 1:
+                or not p.unit_stride(innermost) or p.steps[-1][innermost] != 1 \
+                or any(s is None for row in p.steps for s in row):
             continue
-        if any(s is None for row in p.steps for s in row):
-            continue
-        loops = [m for m in range(n) if m != innermost and (extents[m] or 2) > 1]
         ks = [m for m in loops if write.invariant(m) and p.steps[-1][m] == 0
               and p.steps[-2][m] == 1 and all(row[m] == 0 for row in p.steps[:-2])]
         rows = [m for m in loops if p.invariant(m) and not write.invariant(m)]
@@ -120,7 +120,6 @@ def _roles(refs: Sequence[CM.Reference], extents: Sequence[int | None], innermos
                   and p.steps[-1][m] == 0 and p.steps[-2][m] == 0
                   and write.steps[-1][m] == width
                   and all(row[m] == 0 for row in write.steps[:-1])]
-        if len(ks) == 1 and len(rows) == 1 and len(panels) == 1 \
-                and len(loops) == 3:
+        if len(ks) == 1 and len(rows) == 1 and len(panels) == 1:
             return ks[0], rows[0], panels[0]
     return None
