@@ -21,16 +21,17 @@ from .errors import IllegalScheduleError, InternalError
 from .ir import Program, format_statement
 from .options import Options, configure_isl
 from .scheduler import Dependences, compute_dependences, get_scheduler
-from .scheduler.panels import block_and_pack, packs_panels
 from .scheduler.budget import SchedulerFallbackWarning, call_in_time_limit
 from .scheduler.contraction import contract_temporaries
 from .scheduler.expansion import expand_scalars
 from .scheduler.inlining import inline_pointwise
 from .scheduler.legality import check_schedule
 from .scheduler.original import schedule_original
+from .scheduler.panels import block_and_pack, packs_panels
 from .scheduler.passes import run_passes
 from .scheduler.reciprocals import hoist_reciprocals
 from .scheduler.reductions import relax_reductions
+from .scheduler.short_sums import write_out_short_sums
 from .scheduler.stripmining import strip_mine_blocked
 from .scheduler.tree import dump
 from .targets import get_target
@@ -65,6 +66,7 @@ def analyze_program(program: Program, options: Options) -> tuple[Program, Depend
             options.scheduler not in ("none", "custom"):
         program = block_and_pack(program, packs_panels(options))
     if options.scheduler not in ("none", "custom"):
+        program = write_out_short_sums(program)  # after blocking: in its layout
         program = inline_pointwise(program)  # after blocking: its unpack is inlined too
         program = strip_mine_blocked(program)
     if options.expand_scalars and options.scheduler != "none":

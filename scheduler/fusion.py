@@ -57,6 +57,8 @@ class StatementFacts:
     dim: int
     arrays: frozenset[str]
     reduction: bool = False  # a streaming reduction whose order may change (pluto.py)
+    copies: str | None = None  # the array it writes when it only moves data (a pad copy)
+    stencil_reads: frozenset[str] = frozenset()  # arrays it reads at several offsets
 
 
 Solve = Callable[[Sequence[str]], "Solution | None"]
@@ -234,10 +236,22 @@ def _accept_smart_inner(current, candidate, facts, solve) -> bool:
     depth = max(facts[n].dim for n in current[0])
     if max(facts[n].dim for n in candidate) != depth:
         return False
+    if _copy_into_stencil(current, candidate, facts):
+        return False
     arrays = frozenset().union(*(facts[n].arrays for n in _flat(current)))
     if not any(facts[n].arrays & arrays for n in candidate):
         return False
     return solve(_flat(current) + candidate) is not None
+
+
+def _copy_into_stencil(current, candidate, facts) -> bool:
+    """The candidate reads, at several offsets, an array that the current part only
+    copies or fills (a convolution's padded input). Fused, the copy runs ahead of the
+    stencil by a shift: no arithmetic is shared, and the shift puts the borders' guards
+    inside the loops of both (MobileNetV2's depthwise taps, written out, compiled to
+    masked scalar stores), where apart each runs unguarded over its own box."""
+    copied = {facts[n].copies for n in _flat(current)} - {None}
+    return any(facts[n].stencil_reads & copied for n in candidate)
 
 
 def _accept_typed(current, candidate, facts, solve) -> bool:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polycomp import expr as E
 from polycomp import islutil as U
 from polycomp.errors import IllegalScheduleError, InternalError
 from polycomp.ir import Program
@@ -95,6 +96,23 @@ def _exact_coincidence(schedule: isl.Schedule, carried: isl.UnionMap) -> isl.Sch
     return go(schedule.get_root()).get_schedule()
 
 
+def _copied(s) -> str | None:
+    """The array S writes when S only moves data: its value is one read or a constant."""
+    if s.reduction is None and isinstance(s.expr, (E.Access, E.Const)):
+        return s.write.get_tuple_name(dim.out)
+    return None
+
+
+def _stencil_reads(s) -> frozenset[str]:
+    """The arrays S reads through more than one access (a stencil's taps)."""
+    seen: dict[str, list[isl.Map]] = {}
+    for r in s.reads:
+        maps = seen.setdefault(r.get_tuple_name(dim.out), [])
+        if not any(r.is_equal(m) for m in maps):
+            maps.append(r)
+    return frozenset(a for a, maps in seen.items() if len(maps) > 1)
+
+
 class _Pluto:
     def __init__(self, program: Program, deps: Dependences, options: Options, config: Config):
         self.program = program
@@ -107,7 +125,7 @@ class _Pluto:
             s.name, k, len(s.iterators),
             frozenset([s.write.get_tuple_name(dim.out)]
                       + [r.get_tuple_name(dim.out) for r in s.reads]),
-            s.name in reorderable)
+            s.name in reorderable, _copied(s), _stencil_reads(s))
             for k, s in enumerate(program.statements)}
         self.names = [s.name for s in program.statements]
         self.memo: dict[tuple, Solution | None] = {}

@@ -266,9 +266,11 @@ def _filter_as_input(model, node_name: str):
 
 @pytest.mark.needs_cc
 @pytest.mark.parametrize("constant", [True, False])
-def test_depthwise_tile_in_model_context_loads_or_gathers_its_filter(constant):
+def test_depthwise_taps_in_model_context_load_or_gather_their_filter(constant):
     # a constant filter is stored channel-blocked as the activations (one vector load
-    # per tap); a filter given at run time moves by 9 floats per lane: a gathered vector
+    # per tap) and its nine taps are written out (scheduler/short_sums.py); a filter
+    # given at run time moves by 9 floats per lane: a gathered vector in a register
+    # tile over the taps
     model = zoo.mobilenet_block()
     feed = zoo.random_inputs(model)
     if not constant:
@@ -279,9 +281,13 @@ def test_depthwise_tile_in_model_context_loads_or_gathers_its_filter(constant):
         session = pco.InferenceSession(model.SerializeToString())
     got = session.run(None, feed)[0]
     sources = [k.source for k in session.compiled().kernels.values()]
-    tiles = [s for s in sources if VT.MARKER in s and "* 3 + c" in s]  # the 3x3 taps
-    assert tiles
-    assert all(("polycomp_vgather_v" in s) != constant for s in tiles)
+    if constant:
+        written = [s for s in sources if ") * 3 + 2) * 3 + 2) * 16 + c" in s]  # the last tap
+        assert len(written) == 1 and VT.MARKER not in written[0]
+        assert not any("polycomp_vgather_v" in s for s in sources)
+    else:
+        tiles = [s for s in sources if VT.MARKER in s and "* 3 + c" in s]  # the 3x3 taps
+        assert tiles and all("polycomp_vgather_v" in s for s in tiles)
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,151 @@
+"""Short sums written out (scheduler/short_sums.py) and what follows from them: a
+depthwise convolution that reads its input unpadded, one statement per cell of its
+border (inlining, scheduler/inlining.py, carries the epilogue into each), and a pad copy
+that smart fusion keeps apart from the stencil reading it (scheduler/fusion.py)."""
+
+from __future__ import annotations
+
+import platform
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import polycomp
+import polycomp.onnx as pco
+from polycomp import expr as E
+from polycomp.driver import analyze_program
+from polycomp.frontend.onnx.plan import GroupStep
+from polycomp.scheduler import fusion
+
+pytestmark = pytest.mark.needs_cc
+
+CHANNELS = 32
+
+
+def depthwise_model(size: int, kernel: int, stride: int, pads: list[int]):
+    """x -> 1x1 conv -> relu -> depthwise conv (bias) -> clip(0, 6) -> 1x1 conv: the
+    depthwise convolution's input and output are channel-blocked, as in MobileNetV2."""
+    rng = np.random.default_rng(kernel * 10 + stride)
+    c = CHANNELS
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((c, c, 1, 1)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((c, 1, kernel, kernel)).astype(np.float32),
+                                "w2"),
+        numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b2"),
+        numpy_helper.from_array(rng.standard_normal((c, c, 1, 1)).astype(np.float32), "w3"),
+        numpy_helper.from_array(np.array(0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6, np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["d"], name="depthwise", group=c,
+                              kernel_shape=[kernel, kernel], strides=[stride, stride],
+                              pads=pads),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["p"], name="clip"),
+             helper.make_node("Conv", ["p", "w3"], ["y"], name="project")]
+    out = [(size + pads[k] + pads[k + 2] - kernel) // stride + 1 for k in (0, 1)]
+    graph = helper.make_graph(
+        nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c] + out)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def cells(size: int, kernel: int, stride: int, pads: list[int]) -> int:
+    """How many different sets of taps the output positions take (numpy, by hand)."""
+    top, left, bottom, right = pads[0], pads[1], pads[2], pads[3]
+    out_h = (size + top + bottom - kernel) // stride + 1
+    out_w = (size + left + right - kernel) // stride + 1
+
+    def taps(o: int, begin: int) -> tuple[int, ...]:
+        return tuple(k for k in range(kernel) if 0 <= o * stride + k - begin < size)
+
+    return len({(taps(y, top), taps(x, left)) for y in range(out_h) for x in range(out_w)})
+
+
+def padded_copy(program, size: int) -> bool:
+    """Whether an array of the group is larger than the input in a spatial dimension."""
+    return any(max(a.extents()[2:4]) > size for a in program.arrays if a.rank >= 4)
+
+
+@pytest.mark.parametrize("size, kernel, stride, pads", [
+    (14, 3, 1, [1, 1, 1, 1]),
+    (14, 3, 2, [1, 1, 1, 1]),
+    (14, 3, 2, [0, 0, 1, 1]),  # SAME_UPPER's padding: at the end only
+    (12, 5, 1, [2, 2, 2, 2]),
+])
+def test_a_padded_depthwise_convolution_is_written_out_cell_by_cell(size, kernel, stride, pads):
+    model = depthwise_model(size, kernel, stride, pads)
+    feed = {"x": np.random.default_rng(1).standard_normal(
+        (1, CHANNELS, size, size)).astype(np.float32)}
+    session = pco.InferenceSession(model.SerializeToString())
+    got = session.run(None, feed)[0]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    (step,) = [s for s in session.compiled().plan.steps if isinstance(s, GroupStep)
+               and any(n.name == "depthwise" for n in s.nodes)]
+    assert not padded_copy(step.program, size)
+    program, _ = analyze_program(step.program, session.options)
+    expected = cells(size, kernel, stride, pads)
+    assert any(f"in {expected} cells" in note for note in program.notes), program.notes
+    # the clip's output is written by one plain statement per cell: sum, bias and clip
+    # in one expression, no accumulator left
+    writers = [s for s in program.statements if s.target.array == step.outputs[0][0]]
+    assert len(writers) == expected
+    assert all(s.reduction is None and any(isinstance(n, E.Call) for n in E.walk(s.expr))
+               for s in writers)
+    assert all(a.role != "temporary" for a in program.arrays)
+    if platform.machine() in ("x86_64", "AMD64"):
+        report = polycomp.inspect(session)
+        assert not report.scalar_loops, report.summary()
+
+
+def test_a_filter_given_at_run_time_keeps_the_padded_copy():
+    # its taps are not known constants laid out as the activations: the reduction stays,
+    # over the padded copy's box (register tiles, scheduler/register_tile.py)
+    model = depthwise_model(14, 3, 1, [1, 1, 1, 1])
+    init = next(i for i in model.graph.initializer if i.name == "w2")
+    filters = numpy_helper.to_array(init)
+    model.graph.initializer.remove(init)
+    model.graph.input.append(helper.make_tensor_value_info("w2", TensorProto.FLOAT,
+                                                           list(filters.shape)))
+    feed = {"x": np.random.default_rng(2).standard_normal((1, CHANNELS, 14, 14))
+            .astype(np.float32), "w2": filters}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", polycomp.PerformanceWarning)
+        session = pco.InferenceSession(model.SerializeToString())
+    got = session.run(None, feed)[0]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (step,) = [s for s in session.compiled().plan.steps if isinstance(s, GroupStep)
+               and any(n.name == "depthwise" for n in s.nodes)]
+    assert padded_copy(step.program, 14)
+    program, _ = analyze_program(step.program, session.options)
+    assert any(s.reduction == "+" for s in program.statements)
+
+
+def test_smart_fusion_keeps_a_copy_apart_from_the_stencil_that_reads_it():
+    # inside a loop smart fusion fuses for locality; a copy (a convolution's padded
+    # input) fused with its stencil only moves the borders' guards into both
+    facts = {"S0": fusion.StatementFacts("S0", 0, 2, frozenset({"A", "P"}), copies="P"),
+             "S1": fusion.StatementFacts("S1", 1, 2, frozenset({"P", "B"}),
+                                         stencil_reads=frozenset({"P"}))}
+    pieces = [SimpleNamespace(source="S0", target="S1")]
+
+    def solve(names):
+        return SimpleNamespace(coincident=True)
+
+    for outermost in (True, False):
+        assert fusion.partition("smart", ["S0", "S1"], pieces, facts, solve,
+                                outermost=outermost) == [["S0"], ["S1"]]
+    # the same pair where S0 computes (no copy), or S1 reads P once: fused
+    computes = dict(facts, S0=fusion.StatementFacts("S0", 0, 2, frozenset({"A", "P"})))
+    once = dict(facts, S1=fusion.StatementFacts("S1", 1, 2, frozenset({"P", "B"})))
+    for variant in (computes, once):
+        assert fusion.partition("smart", ["S0", "S1"], pieces, variant, solve,
+                                outermost=False) == [["S0", "S1"]]
