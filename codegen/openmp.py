@@ -165,6 +165,7 @@ class OpenMPPrinter(CPrinter):
         # lanes per vector (None: local arrays) and the lane chunk being printed
         self.tile_lanes: int | None = None
         self.tile_chunk = 0
+        self.tile_part: int | None = None  # the lanes of a partial last chunk
         self.tile_marked = False  # printing the tile's innermost loop (its marker is out)
 
     def _for_node(self, node: isl.AstNode) -> c.Generable:
@@ -328,18 +329,22 @@ class OpenMPPrinter(CPrinter):
         before the nest and stored after it (codegen/vector_tile.py)."""
         dtype = self.statements[next(iter(nest.statements))].target.dtype
         vtype, load, store = vector_tile.vector_type(dtype, lanes, self.helpers)
-        chunks = range((nest.last - nest.first + 1) // lanes)
+        chunks = vector_tile.chunks(nest.first, nest.last, lanes)
         it = nest.iterator
-        names = [f"{local}_{j}" for local, _ in promoted.values() for j in chunks]
+        names = [f"{local}_{j}" for local, _ in promoted.values() for j in range(len(chunks))]
         loads, stores = [], []
-        for j in chunks:
-            lane = f"const long {it} = {nest.first + j * lanes};"
+        for j, (start, count) in enumerate(chunks):
+            lane = f"const long {it} = {start};"
+            if count is None:
+                get, put, tail = load, store, ""
+            else:
+                (get, put), tail = vector_tile.partial(dtype, lanes, self.helpers), f", {count}"
             loads.append(c.Line("{ " + lane + " " + " ".join(
-                f"{local}_{j} = {load}(&{target});" for target, (local, _) in promoted.items())
-                + " }"))
+                f"{local}_{j} = {get}(&{target}{tail});"
+                for target, (local, _) in promoted.items()) + " }"))
             stores.append(c.Line("{ " + lane + " " + " ".join(
-                f"{store}(&{target}, {local}_{j});" for target, (local, _) in promoted.items())
-                + " }"))
+                f"{put}(&{target}, {local}_{j}{tail});"
+                for target, (local, _) in promoted.items()) + " }"))
         return c.Block(
             [c.Line(f"{vtype} {', '.join(names)};")]
             + [c.If(runs, c.Block(loads)), loop, c.If(runs, c.Block(stores))])
@@ -351,20 +356,20 @@ class OpenMPPrinter(CPrinter):
         chunks is used by consecutive FMAs, then dead)."""
         nest, lanes = self.promotion, self.tile_lanes
         it = nest.iterator
+        starts = vector_tile.chunks(nest.first, nest.last, lanes)
         chunks = []
-        saved = self.tile_chunk
+        saved = self.tile_chunk, self.tile_part
         self.scope.append(it)
         try:
-            for j in range((nest.last - nest.first + 1) // lanes):
-                self.tile_chunk = j
+            for j, (_, count) in enumerate(starts):
+                self.tile_chunk, self.tile_part = j, count
                 chunks.append(_flat(self._scoped(lambda: self.emit(loop.for_get_body()))))
         finally:
             self.scope.pop()
-            self.tile_chunk = saved
+            self.tile_chunk, self.tile_part = saved
         if any(len(body) != len(chunks[0]) for body in chunks):
             raise vector_tile.NotVector("the lane chunks differ")
-        return c.Block([c.Block([c.Line(f"const long {it} = {nest.first + j * lanes};"),
-                                 body[k]])
+        return c.Block([c.Block([c.Line(f"const long {it} = {starts[j][0]};"), body[k]])
                         for k in range(len(chunks[0])) for j, body in enumerate(chunks)])
 
     def override_values(self, stmt: Statement, call: isl.AstExpr, printer) -> None:
@@ -379,6 +384,10 @@ class OpenMPPrinter(CPrinter):
                                        self.promotion.iterator,
                                        {a: self._strides(a) for a in arrays})
         _, load, _ = vector_tile.vector_type(stmt.target.dtype, self.tile_lanes, self.helpers)
+        tail = ""
+        if self.tile_part is not None:  # the last chunk's lanes only
+            load, _ = vector_tile.partial(stmt.target.dtype, self.tile_lanes, self.helpers)
+            tail = f", {self.tile_part}"
         # rows' base addresses apart from the offset they share: only for one reduction
         # loop (a 1x1 conv, a matmul: 1.26 -> 0.86 ms at ResNet's 7 x 7 x 2048 -> 512).
         # Over a window's loops (kh, kw), gcc 12 then sees the rows overlap and keeps
@@ -397,7 +406,9 @@ class OpenMPPrinter(CPrinter):
             index = (f"({split[0]}) + ({split[1]})" if split is not None
                      else printer.linear_index(access).code)
             if step == 1:
-                printer.overrides[id(access)] = Text(f"{load}(&{name}[{index}])")
+                printer.overrides[id(access)] = Text(f"{load}(&{name}[{index}]{tail})")
+            elif step > 1 and tail:
+                raise vector_tile.NotVector("a gather in a partial chunk would read past it")
             elif step > 1:
                 gather = vector_tile.gather(stmt.target.dtype, self.tile_lanes, self.helpers)
                 printer.overrides[id(access)] = Text(f"{gather}(&{name}[{index}], {step})")

@@ -24,16 +24,17 @@ shared by the chunks is used by consecutive FMAs):
 The comment line is what polycomp/machine_code.py reads as a vector loop: the object
 code of the loop below it must be packed arithmetic.
 
-What is printed this way (``lanes``): a nest whose vector loop's extent is a multiple of
-the vector width for the statements' one floating-point type, whose statements are ``+=``
-reductions (or ``max``/``min`` reductions, printed with a compare and masks: a pooling
-window's running maximum in a register) of expressions made of array reads, constants,
-scalars of that type, ``+``, ``-``, ``*`` and negation. Per call (``lane_steps``),
-proved with isl on the call's iterator expressions: the target's element moves by one in
-its last index per lane (promote already proved each lane its own element), and every
-read either stays in place along the lanes or moves by one in its last index. Anything else raises NotVector, and
-the printer falls back to promote's local arrays (the same values either way: each lane
-accumulates in the same order).
+What is printed this way (``lanes``): a nest whose vector loop spans at least MIN_LANES
+lanes of the statements' one floating-point type (the last chunk a partial vector when
+the extent is no multiple of the width: masked loads and stores, ``partial``), whose
+statements are ``+=`` reductions (or ``max``/``min`` reductions, printed with a compare
+and masks: a pooling window's running maximum in a register) of expressions made of
+array reads, constants, scalars of that type, ``+``, ``-``, ``*`` and negation. Per
+call (``lane_steps``), proved with isl on the call's iterator expressions: the target's
+element moves by one in its last index per lane (promote already proved each lane its
+own element), and every read either stays in place along the lanes or moves by one in
+its last index. Anything else raises NotVector, and the printer falls back to promote's
+local arrays (the same values either way: each lane accumulates in the same order).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ REDUCTIONS = ("+", "max", "min")
 MASKS = {"float32": ("int", "si"), "float64": ("long long", "di")}
 # the comment that marks a register tile's innermost loop for polycomp/machine_code.py
 MARKER = "/* polycomp: register tile */"
+# the fewest lanes a tile's vector loop spans to be printed with vector variables
+MIN_LANES = 2
 
 
 class NotVector(Exception):
@@ -72,7 +75,7 @@ def lanes(statements: list[Statement], first: int, last: int,
         return None
     dtype = next(iter(dtypes))
     n = (width or CM.simd_bytes()) // ELEMENTS[dtype][1]
-    if n < 2 or (last - first + 1) % n:
+    if n < 2 or last - first + 1 < MIN_LANES:
         return None
     for stmt in statements:
         if stmt.reduction not in REDUCTIONS or not _simple(stmt.expr, dtype):
@@ -109,6 +112,44 @@ def vector_type(dtype: str, n: int, helpers: Helpers) -> tuple[str, str, str]:
             f"static inline void {store}({ctype} *p, {vtype} v) "
             f"{{ __builtin_memcpy(p, &v, sizeof v); }}")
     return vtype, load, store
+
+
+def chunks(first: int, last: int, n: int) -> list[tuple[int, int | None]]:
+    """The lane chunks of a vector loop from ``first`` to ``last`` in vectors of ``n``:
+    (first lane, None) for a full vector, (first lane, lanes) for the partial one at the
+    end."""
+    extent = last - first + 1
+    return [(first + j, None if j + n <= extent else extent - j) for j in range(0, extent, n)]
+
+
+def partial(dtype: str, n: int, helpers: Helpers) -> tuple[str, str]:
+    """(load, store) of the first ``count`` lanes of a vector of ``n`` (the others read
+    as 0, and left alone in memory): the last chunk of a vector loop whose extent is no
+    multiple of the vector's (ShuffleNet's rows of 28 pixels: 16 + 12), one masked move
+    with AVX-512, a copy of ``count`` elements elsewhere. Nothing past the ``count``
+    elements is read or written."""
+    vtype, _, _ = vector_type(dtype, n, helpers)
+    ctype, size, letter = ELEMENTS[dtype]
+    load, store = f"polycomp_vload_part_v{n}s{letter}", f"polycomp_vstore_part_v{n}s{letter}"
+    if load not in helpers.used:
+        portable = (
+            f"static inline {vtype} {load}(const {ctype} *p, int count) "
+            f"{{ {vtype} v = {{0}}; __builtin_memcpy(&v, p, count * sizeof *p); return v; }}\n"
+            f"static inline void {store}({ctype} *p, {vtype} v, int count) "
+            f"{{ __builtin_memcpy(p, &v, count * sizeof *p); }}")
+        if n * size != 64:
+            helpers.used[load] = portable
+        else:
+            kind, mask = ("ps", "__mmask16") if size == 4 else ("pd", "__mmask8")
+            masked = (
+                f"static inline {vtype} {load}(const {ctype} *p, int count) "
+                f"{{ return ({vtype})_mm512_maskz_loadu_{kind}(({mask})((1u << count) - 1u), p); }}\n"
+                f"static inline void {store}({ctype} *p, {vtype} v, int count) "
+                f"{{ _mm512_mask_storeu_{kind}(p, ({mask})((1u << count) - 1u), "
+                f"(__m512{'' if size == 4 else 'd'})v); }}")
+            helpers.used[load] = (f"#if defined(__AVX512F__)\n#include <immintrin.h>\n{masked}\n"
+                                  f"#else\n{portable}\n#endif")
+    return load, store
 
 
 def extremum(op: str, dtype: str, n: int, helpers: Helpers) -> str:

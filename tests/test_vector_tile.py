@@ -215,6 +215,71 @@ def test_register_tile_is_packed_even_without_gccs_vectoriser():
     assert max(len(c.accumulators) for c in tiles) >= RT.FMA_LATENCY * RT.FMA_PORTS
 
 
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("n", [28, 12, 3])
+def test_a_vector_loop_of_no_whole_vectors_ends_in_a_partial_chunk(n):
+    # ShuffleNet's rows of 28 pixels: 16 lanes and 12, the 12 in one masked vector
+    # (they were local arrays updated through memory at every step of the reduction);
+    # unblocked, the rows of C are the vector loop
+    sizes = {"M": 24, "N": n, "K": 40}
+    kernel = polycomp.compile(MM, sizes=sizes, block_channels=False)
+    assert VT.MARKER in kernel.source and "polycomp_vload_part_v" in kernel.source
+    a, b = _random((24, 40), 5), _random((40, n), 6)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    if X86:
+        report = polycomp.inspect(kernel, sizes)
+        lines = kernel.source.splitlines()
+        tiles = [c for c in report.loops if VT.MARKER in lines[c.loop.line - 2]]
+        assert tiles and all(c.packed_fma and not c.scalar_fma for c in tiles), \
+            report.summary()
+
+
+PARTIAL_HARNESS = r"""
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+%s
+int main(void) {
+  long page = sysconf(_SC_PAGESIZE);
+  /* each buffer ends where an inaccessible page starts: a lane past the count faults */
+  char *in = mmap(0, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *out = mmap(0, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  mprotect(in + page, page, PROT_NONE);
+  mprotect(out + page, page, PROT_NONE);
+  for (int count = 1; count < 16; count++) {
+    float *src = (float *)(in + page) - count, *dst = (float *)(out + page) - count;
+    for (int i = 0; i < count; i++) { src[i] = (float)(i + 1); dst[i] = -1.0f; }
+    dst[-1] = 42.0f;
+    polycomp_v16sf v = polycomp_vload_part_v16sf(src, count);
+    for (int i = count; i < 16; i++) if (v[i] != 0.0f) { printf("lane %%d\n", i); return 1; }
+    polycomp_vstore_part_v16sf(dst, v + v, count);
+    for (int i = 0; i < count; i++) if (dst[i] != 2.0f * (i + 1)) return 2;
+    if (dst[-1] != 42.0f) return 3;
+  }
+  puts("ok");
+  return 0;
+}
+"""
+
+
+@pytest.mark.needs_cc
+@pytest.mark.skipif(not X86, reason="compiles for x86-64 with and without AVX-512")
+@pytest.mark.parametrize("flags", [("-mavx512f",), ("-mavx2", "-mno-avx512f")])
+def test_partial_loads_and_stores_touch_only_their_lanes(tmp_path, flags):
+    import subprocess  # noqa: PLC0415
+    helpers = Helpers()
+    VT.partial("float32", 16, helpers)
+    source = tmp_path / "partial.c"
+    source.write_text(PARTIAL_HARNESS % "\n".join(helpers.used.values()))
+    binary = tmp_path / "partial"
+    subprocess.run(["gcc", "-O2", *flags, str(source), "-o", str(binary)], check=True)
+    if "-mavx512f" in flags and "avx512f" not in open("/proc/cpuinfo").read():
+        return  # compiled (the masked form is valid C); this CPU cannot run it
+    done = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stdout)
+
+
 @settings(max_examples=40, deadline=None)
 @given(point=st.tuples(st.integers(0, 3), st.integers(0, 6), st.integers(0, 27),
                        st.integers(0, 1023), st.integers(0, 15)))
