@@ -26,14 +26,16 @@ input. The interior then runs without a guard, and no padded copy is made.
 
 A product whose operand stays in place along the element's last index (a broadcast: a
 1x1 convolution's input, a matmul's A) keeps its reduction: its register tile reuses the
-broadcast across a row of outputs (scheduler/register_tile.py). The sum keeps its order
-and its zero, so exact_fp holds.
+broadcast across a row of outputs (scheduler/register_tile.py), unless the sum is a
+window's (some index adds a kept iterator and a reduced one, ``h + kh``: an NCHW
+depthwise convolution, whose filter taps broadcast along a row of pixels). The sum
+keeps its order and its zero, so exact_fp holds.
 
 When it applies: S is a float "+" reduction whose reduced iterators (those in no index
 of its target) have constant bounds spanning at most MAX_TERMS points, of which S
 takes 2 or more; the elements fall into at most MAX_CELLS cells; its expression does
-not read X; every read's last index uses every iterator of the
-target's last index; I, the only other writer of X, assigns the constant 0 to exactly
+not read X; every read's last index uses every iterator of the target's last index,
+or, in a window, the read uses none of them; I, the only other writer of X, assigns the constant 0 to exactly
 the elements S updates, all before S, and every other reader of X runs after S; S runs
 apart from every other statement (all of its instances before or after all of the
 other's).
@@ -85,8 +87,15 @@ def _written_out(program: Program, s: Statement) -> Program | None:
         return None
     reads = E.accesses(s.expr)
     last = _iterators(s.target.indices[-1]) if s.target.indices else set()
-    if not last or any(a.array == s.target.array or not a.indices
-                       or not last <= _iterators(a.indices[-1]) for a in reads):
+    if not last or any(a.array == s.target.array or not a.indices for a in reads):
+        return None
+    window = any(_iterators(i) & kept and _iterators(i) & set(reduced)
+                 for a in reads for i in a.indices)
+    for a in reads:
+        if last <= _iterators(a.indices[-1]):
+            continue  # moves along the lanes
+        if window and not last & set().union(*(_iterators(i) for i in a.indices)):
+            continue  # a window's weight, the same for every lane: broadcast
         return None
     taps = _taps(s, reduced)
     if taps is None or len(taps) < 2:

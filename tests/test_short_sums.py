@@ -26,9 +26,11 @@ pytestmark = pytest.mark.needs_cc
 CHANNELS = 32
 
 
-def depthwise_model(size: int, kernel: int, stride: int, pads: list[int]):
+def depthwise_model(size: int, kernel: int, stride: int, pads: list[int],
+                    blocked: bool = True):
     """x -> 1x1 conv -> relu -> depthwise conv (bias) -> clip(0, 6) -> 1x1 conv: the
-    depthwise convolution's input and output are channel-blocked, as in MobileNetV2."""
+    depthwise convolution's input and output are channel-blocked, as in MobileNetV2;
+    without the first convolution (``blocked`` False) they are NCHW, as in ShuffleNet."""
     rng = np.random.default_rng(kernel * 10 + stride)
     c = CHANNELS
     inits = [
@@ -40,12 +42,13 @@ def depthwise_model(size: int, kernel: int, stride: int, pads: list[int]):
         numpy_helper.from_array(np.array(0, np.float32), "lo"),
         numpy_helper.from_array(np.array(6, np.float32), "hi")]
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
-             helper.make_node("Relu", ["a"], ["r"], name="relu"),
-             helper.make_node("Conv", ["r", "w2", "b2"], ["d"], name="depthwise", group=c,
-                              kernel_shape=[kernel, kernel], strides=[stride, stride],
-                              pads=pads),
-             helper.make_node("Clip", ["d", "lo", "hi"], ["p"], name="clip"),
-             helper.make_node("Conv", ["p", "w3"], ["y"], name="project")]
+             helper.make_node("Relu", ["a"], ["r"], name="relu")] if blocked else []
+    nodes += [helper.make_node("Conv", ["r" if blocked else "x", "w2", "b2"], ["d"],
+                               name="depthwise", group=c,
+                               kernel_shape=[kernel, kernel], strides=[stride, stride],
+                               pads=pads),
+              helper.make_node("Clip", ["d", "lo", "hi"], ["p"], name="clip"),
+              helper.make_node("Conv", ["p", "w3"], ["y"], name="project")]
     out = [(size + pads[k] + pads[k + 2] - kernel) // stride + 1 for k in (0, 1)]
     graph = helper.make_graph(
         nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
@@ -70,14 +73,17 @@ def padded_copy(program, size: int) -> bool:
     return any(max(a.extents()[2:4]) > size for a in program.arrays if a.rank >= 4)
 
 
-@pytest.mark.parametrize("size, kernel, stride, pads", [
-    (14, 3, 1, [1, 1, 1, 1]),
-    (14, 3, 2, [1, 1, 1, 1]),
-    (14, 3, 2, [0, 0, 1, 1]),  # SAME_UPPER's padding: at the end only
-    (12, 5, 1, [2, 2, 2, 2]),
+@pytest.mark.parametrize("size, kernel, stride, pads, blocked", [
+    (14, 3, 1, [1, 1, 1, 1], True),
+    (14, 3, 2, [1, 1, 1, 1], True),
+    (14, 3, 2, [0, 0, 1, 1], True),  # SAME_UPPER's padding: at the end only
+    (12, 5, 1, [2, 2, 2, 2], True),
+    (28, 3, 1, [1, 1, 1, 1], False),  # NCHW: the taps' weights broadcast along a row
+    (28, 3, 2, [1, 1, 1, 1], False),
 ])
-def test_a_padded_depthwise_convolution_is_written_out_cell_by_cell(size, kernel, stride, pads):
-    model = depthwise_model(size, kernel, stride, pads)
+def test_a_padded_depthwise_convolution_is_written_out_cell_by_cell(size, kernel, stride, pads,
+                                                                    blocked):
+    model = depthwise_model(size, kernel, stride, pads, blocked)
     feed = {"x": np.random.default_rng(1).standard_normal(
         (1, CHANNELS, size, size)).astype(np.float32)}
     session = pco.InferenceSession(model.SerializeToString())

@@ -312,12 +312,12 @@ def _padded(ctx: NodeContext, x: Tensor, axes: list[Axis]) -> tuple[Tensor, list
 def _short_depthwise(ctx: NodeContext, x: Tensor, w: Tensor, group: int, m_out: int,
                      kernel: Sequence[int], dtype: str) -> bool:
     """A depthwise convolution whose few taps scheduler/short_sums.py writes out, each
-    output one sum over its window: it reads its channel-blocked input unpadded, the
-    window's bounds as its domain (the short sum splits the border off into statements
-    of their own, so the interior runs without guards). A padded copy cost as much as
+    output one sum over its window: it reads its input unpadded (channel-blocked or
+    NCHW), the window's bounds as its domain (the short sum splits the border off into
+    statements of their own, so the interior runs without guards). A padded copy cost as much as
     the taps themselves: MobileNetV2's 3x3 depthwise convolution over 144 channels at
     56 x 56 took 51 us to pad and 52 us to compute on 2 threads."""
-    return (group == m_out == x.shape[1] and ctx.b.blocked(x) is not None
+    return (group == m_out == x.shape[1]
             and w.value is not None and dtype in ("float32", "float64")
             and 2 <= math.prod(kernel) <= SHORT_SUM_TERMS)
 
