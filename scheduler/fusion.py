@@ -14,11 +14,14 @@ Modes (``Options.fusion``):
     max    fuse greedily while the common hyperplane exists
     smart  Pluto's default: cut between SCCs of different dimensionality; fuse SCCs of the
            same dimensionality that share data (an array) when the hyperplane exists and
-           does not lose an outermost parallel loop that a part has on its own. A
-           reorderable streaming reduction (scheduler/reductions.py; some read touches
-           each element once) and its neighbours are the exception: outermost, they
-           fuse across dimensionalities when they share data and a parallel hyperplane (softmax's max, exp, sum and divide under (b, m),
-           one parallel loop instead of one per statement)
+           does not lose an outermost parallel loop that a part has on its own, except
+           a part that only copies or fills an array with a stencil that reads it at
+           several offsets (a padded input: fused, the shift puts the borders' guards
+           in both loops). A reorderable streaming reduction (scheduler/reductions.py;
+           some read touches each element once) and its neighbours are the exception:
+           outermost, they fuse across dimensionalities when they share data and a
+           parallel hyperplane (softmax's max, exp, sum and divide under (b, m), one
+           parallel loop instead of one per statement)
     typed  fuse only where no parallelism is lost: both parts have an outer coincident
            hyperplane and so does the fused one, or neither has one
     none   every SCC on its own
