@@ -8,6 +8,7 @@ from __future__ import annotations
 import platform
 import warnings
 from fractions import Fraction
+from pathlib import Path
 
 import islpy as isl
 import numpy as np
@@ -274,9 +275,9 @@ def test_partial_loads_and_stores_touch_only_their_lanes(tmp_path, flags):
     source.write_text(PARTIAL_HARNESS % "\n".join(helpers.used.values()))
     binary = tmp_path / "partial"
     subprocess.run(["gcc", "-O2", *flags, str(source), "-o", str(binary)], check=True)
-    if "-mavx512f" in flags and "avx512f" not in open("/proc/cpuinfo").read():
+    if "-mavx512f" in flags and "avx512f" not in Path("/proc/cpuinfo").read_text():
         return  # compiled (the masked form is valid C); this CPU cannot run it
-    done = subprocess.run([str(binary)], capture_output=True, text=True)
+    done = subprocess.run([str(binary)], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stdout)
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from polycomp import expr as E
 from polycomp.scheduler import cache_model as CM
+from polycomp.scheduler.short_sums import MAX_CELLS as SHORT_SUM_CELLS
 from polycomp.scheduler.short_sums import MAX_TERMS as SHORT_SUM_TERMS
 
 from ..builder import Tensor, broadcast
@@ -310,16 +311,26 @@ def _padded(ctx: NodeContext, x: Tensor, axes: list[Axis]) -> tuple[Tensor, list
 
 
 def _short_depthwise(ctx: NodeContext, x: Tensor, w: Tensor, group: int, m_out: int,
-                     kernel: Sequence[int], dtype: str) -> bool:
+                     kernel: Sequence[int], dtype: str, axes: Sequence[Axis]) -> bool:
     """A depthwise convolution whose few taps scheduler/short_sums.py writes out, each
     output one sum over its window: it reads its input unpadded (channel-blocked or
     NCHW), the window's bounds as its domain (the short sum splits the border off into
-    statements of their own, so the interior runs without guards). A padded copy cost as much as
+    statements of their own, so the interior runs without guards; at most
+    short_sums.MAX_CELLS of them, else the copy stays). A padded copy cost as much as
     the taps themselves: MobileNetV2's 3x3 depthwise convolution over 144 channels at
     56 x 56 took 51 us to pad and 52 us to compute on 2 threads."""
     return (group == m_out == x.shape[1]
             and w.value is not None and dtype in ("float32", "float64")
-            and 2 <= math.prod(kernel) <= SHORT_SUM_TERMS)
+            and 2 <= math.prod(kernel) <= SHORT_SUM_TERMS
+            and math.prod(_tap_sets(a) for a in axes) <= SHORT_SUM_CELLS)
+
+
+def _tap_sets(a: Axis) -> int:
+    """How many different sets of taps the outputs along one axis take (1: no output's
+    window sticks out; 3: a 3-wide window padded by 1 on both sides)."""
+    return len({tuple(k for k in range(a.kernel)
+                      if 0 <= o * a.stride + k * a.dilation - a.begin < a.size)
+                for o in range(a.out)})
 
 
 def _conv_operands(ctx: NodeContext) -> tuple[Tensor, Tensor, Tensor | None, str, int]:
@@ -346,7 +357,7 @@ def _conv(ctx: NodeContext) -> None:
     out_shape = ctx.out_shape()
     axes = _window(ctx, x.shape[2:], kernel, out_shape[2:])
     _check_extents(ctx, axes)
-    if PAD_BY_COPY and not _short_depthwise(ctx, x, w, group, m_out, kernel, dtype):
+    if PAD_BY_COPY and not _short_depthwise(ctx, x, w, group, m_out, kernel, dtype, axes):
         x, axes = _padded(ctx, x, axes)
     m_group = m_out // group
 
