@@ -143,7 +143,8 @@ def partial(dtype: str, n: int, helpers: Helpers) -> tuple[str, str]:
             kind, mask = ("ps", "__mmask16") if size == 4 else ("pd", "__mmask8")
             masked = (
                 f"static inline {vtype} {load}(const {ctype} *p, int count) "
-                f"{{ return ({vtype})_mm512_maskz_loadu_{kind}(({mask})((1u << count) - 1u), p); }}\n"
+                f"{{ return ({vtype})_mm512_maskz_loadu_{kind}("
+                f"({mask})((1u << count) - 1u), p); }}\n"
                 f"static inline void {store}({ctype} *p, {vtype} v, int count) "
                 f"{{ _mm512_mask_storeu_{kind}(p, ({mask})((1u << count) - 1u), "
                 f"(__m512{'' if size == 4 else 'd'})v); }}")

@@ -19,10 +19,11 @@ into parts by the writer of the element it reads, and each part gets its writer'
 value: one statement per cell, from the sum to the output.
 
 When it applies: X is a temporary (never an input or output); P is its only writer (or
-the writer of the elements a part of C reads), a plain assignment whose target indices are its iterators, each once (or any injective
-indices that C reads X through, position by position: a channel-blocked value), and
-whose reads are affine; C is the only statement that reads X, through one access, injective over
-C's domain (each element read once: nothing is computed twice) and covered by what P
+the writer of the elements a part of C reads), a plain assignment whose target indices
+are its iterators, each once (or any injective indices that C reads X through, position
+by position, writing the same lanes: a channel-blocked value), and whose reads are
+affine; C is the only statement that reads X, through one access, injective over C's
+domain (each element read once: nothing is computed twice) and covered by what P
 writes; every element P reads has its final value when P runs (every write of it
 comes before), so reading it later, in C, gives the same value. The value keeps X's
 type (a cast where the expression's differs). The arithmetic is the same operations
@@ -39,6 +40,8 @@ import islpy as isl
 from polycomp import expr as E
 from polycomp import islutil as U
 from polycomp.ir import Program, Statement
+
+from .blocking import _fresh
 
 
 def inline_pointwise(program: Program) -> Program:
@@ -124,14 +127,6 @@ def _renamed(s: Statement, name: str, domain: isl.Set) -> Statement:
         return m.set_tuple_name(isl.dim_type.in_, name)
     return replace(s, name=name, domain=domain.set_tuple_name(name), write=named(s.write),
                    reads=tuple(named(r) for r in s.reads))
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}{k}", k + 1
-    taken.add(name)
-    return name
 
 
 def _inlined(program: Program, p: Statement, c: Statement, x: str,
