@@ -160,6 +160,14 @@ def _box(domain: isl.Set) -> list[tuple[int, int]] | None:
 
 
 def _init(program: Program, s: Statement) -> Statement | None:
+    """``zero_init``, with a plain target over a box."""
+    init = zero_init(program, s)
+    if init is None or not _plain(init.target) or _box(init.domain) is None:
+        return None
+    return init
+
+
+def zero_init(program: Program, s: Statement) -> Statement | None:
     """The statement that sets the reduction's target to 0 before it, when the target is
     touched by nothing else but readers that run after the reduction."""
     name = s.target.array
@@ -168,8 +176,7 @@ def _init(program: Program, s: Statement) -> Statement | None:
     if len(writers) != 1:
         return None
     init = writers[0]
-    if (init.reduction is not None or not isinstance(init.expr, E.Const) or init.expr.value != 0
-            or not _plain(init.target) or _box(init.domain) is None):
+    if init.reduction is not None or not isinstance(init.expr, E.Const) or init.expr.value != 0:
         return None
     written = s.write.intersect_domain(s.domain).range()
     if not init.write.intersect_domain(init.domain).range().is_equal(written):

@@ -53,7 +53,7 @@ from polycomp import expr as E
 from polycomp import islutil as U
 from polycomp.ir import Program, Statement
 
-from .blocking import _all_before, _fresh
+from .blocking import _all_before, _fresh, zero_init
 
 dim = isl.dim_type
 
@@ -106,7 +106,7 @@ def _written_out(program: Program, s: Statement) -> Program | None:
     cells = _cells(taps)
     if cells is None:
         return None
-    init = _zero_init(program, s)
+    init = zero_init(program, s)
     if init is None or not _apart(program, s, init):
         return None
     times = {m.get_tuple_name(dim.in_): m for m in U.maps_of(program.original_schedule)}
@@ -206,30 +206,6 @@ def _first_time(time: isl.Map, s: Statement, reduced: list[str], first: tuple[in
     for k in sorted((s.iterators.index(n) for n in reduced), reverse=True):
         time = time.project_out(dim.in_, k, 1)
     return time.set_tuple_name(dim.in_, name).intersect_domain(cell.set_tuple_name(name))
-
-
-def _zero_init(program: Program, s: Statement) -> Statement | None:
-    """The statement that sets S's target to 0 before S, when nothing else writes it and
-    every other reader runs after S."""
-    name = s.target.array
-    time = program.original_schedule
-    writers = [t for t in program.statements if t.target.array == name and t is not s]
-    if len(writers) != 1:
-        return None
-    init = writers[0]
-    if init.reduction is not None or not isinstance(init.expr, E.Const) \
-            or init.expr.value != 0:
-        return None
-    written = s.write.intersect_domain(s.domain).range()
-    if not init.write.intersect_domain(init.domain).range().is_equal(written):
-        return None
-    if not _all_before(time, init.domain, s.domain):
-        return None
-    for t in program.statements:
-        reads = any(r.get_tuple_name(dim.out) == name for r in t.reads)
-        if t is not s and reads and not _all_before(time, s.domain, t.domain):
-            return None
-    return init
 
 
 def _apart(program: Program, s: Statement, init: Statement) -> bool:

@@ -68,6 +68,19 @@ def cells(size: int, kernel: int, stride: int, pads: list[int]) -> int:
     return len({(taps(y, top), taps(x, left)) for y in range(out_h) for x in range(out_w)})
 
 
+def depthwise_group(model, feed: dict):
+    """(the session, the step of the depthwise convolution's group), its output checked
+    against onnxruntime's."""
+    session = pco.InferenceSession(model.SerializeToString())
+    got = session.run(None, feed)[0]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (step,) = [s for s in session.compiled().plan.steps if isinstance(s, GroupStep)
+               and any(n.name == "depthwise" for n in s.nodes)]
+    return session, step
+
+
 def padded_copy(program, size: int) -> bool:
     """Whether an array of the group is larger than the input in a spatial dimension."""
     return any(max(a.extents()[2:4]) > size for a in program.arrays if a.rank >= 4)
@@ -86,14 +99,7 @@ def test_a_padded_depthwise_convolution_is_written_out_cell_by_cell(size, kernel
     model = depthwise_model(size, kernel, stride, pads, blocked)
     feed = {"x": np.random.default_rng(1).standard_normal(
         (1, CHANNELS, size, size)).astype(np.float32)}
-    session = pco.InferenceSession(model.SerializeToString())
-    got = session.run(None, feed)[0]
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-
-    (step,) = [s for s in session.compiled().plan.steps if isinstance(s, GroupStep)
-               and any(n.name == "depthwise" for n in s.nodes)]
+    session, step = depthwise_group(model, feed)
     assert not padded_copy(step.program, size)
     program, _ = analyze_program(step.program, session.options)
     expected = cells(size, kernel, stride, pads)
@@ -129,13 +135,7 @@ def test_where_the_taps_are_not_written_out_the_input_is_padded(case):
                                                                list(feed["w2"].shape)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", polycomp.PerformanceWarning)
-        session = pco.InferenceSession(model.SerializeToString())
-    got = session.run(None, feed)[0]
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    (step,) = [s for s in session.compiled().plan.steps if isinstance(s, GroupStep)
-               and any(n.name == "depthwise" for n in s.nodes)]
+        session, step = depthwise_group(model, feed)
     assert padded_copy(step.program, size)
     program, _ = analyze_program(step.program, session.options)
     written = [note for note in program.notes if "written out" in note]
