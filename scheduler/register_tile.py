@@ -226,8 +226,10 @@ def _expected_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
     writes that remainder as a smaller register tile of its own, with no guard: it costs
     that tile's loads per FMA (13 pixels by 7 are a 7-pixel and a 6-pixel tile). Where
     one does, the remainder's loop holds full and partial copies of the inner member
-    under guards and keeps nothing in registers: UNPROMOTED. So does a partial strip of
-    the vector member."""
+    under guards and keeps nothing in registers: UNPROMOTED. So is a partial strip of
+    the vector member charged, although codegen/vector_tile.py now prints it as a masked
+    vector in registers (ShuffleNet's 28-pixel rows: 16 + 12 lanes); the charge has not
+    been measured again."""
     dims = dict(factors)
     if strip > 1:
         dims[vector] = strip

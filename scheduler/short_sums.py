@@ -217,4 +217,4 @@ def _apart(program: Program, s: Statement, init: Statement) -> bool:
                for t in program.statements if t is not s and t is not init)
 
 
-__all__ = ["MAX_TERMS", "write_out_short_sums"]
+__all__ = ["MAX_CELLS", "MAX_TERMS", "write_out_short_sums"]
