@@ -19,7 +19,9 @@ distribution moved a store above a load it feeds in polycomp's code (wrong resul
 -O3; reliability/gcc12_ldist_*.c), and a user asking for -O3 still wants right results.
 Only an explicit ``-ftree-loop-distribution`` among the user's flags keeps it on. gcc 12
 also gets ``-mno-avx512vl`` (unless the user's flags name ``-mavx512vl``): its AVX-512VL
-masked loads in a vectorised select came out wrong (GCC12_AVX512VL_FLAGS). Under
+masked loads in a vectorised select came out wrong (GCC12_AVX512VL_FLAGS); and
+``-fno-tree-vrp`` (unless they name ``-ftree-vrp``): with value-range propagation it
+gave two masked loads of a conditional copy one mask (GCC12_VRP_FLAGS). Under
 Options.exact_fp, ``-ffp-contract=off`` comes last: whether gcc fuses a multiply and an
 add into an FMA depends on the shape of the loop around them, so two schedules of the
 same program would otherwise round differently. Cache
@@ -62,6 +64,12 @@ GCC_SAFETY_FLAGS = ("-fno-tree-loop-distribution",)  # see the module docstring
 # onnx's PRelu conformance case found it). Without the VL extension (256-bit ops then use
 # AVX2 encodings; 512-bit AVX-512F code is unchanged) the code is right.
 GCC12_AVX512VL_FLAGS = ("-mno-avx512vl",)
+# gcc 12.2 also computed one mask for two masked loads of a vectorised conditional copy
+# that need different ones (rows 0-1 and 2-3 of a padded copy: `if (c2 >= 1) t2[..] =
+# t0[..]` after `t2[..] = 0` over a 4 x 2 nest, with AVX or AVX-512 alike; a conv's
+# top padding, found by tests/test_onnx_nn.py's random windows). Without its value-range
+# propagation the masks are right.
+GCC12_VRP_FLAGS = ("-fno-tree-vrp",)
 NAME_LIMIT = 64  # characters of the entry name in cache file names
 
 
@@ -79,9 +87,11 @@ def compiler_command(options: Options) -> tuple[list[str], list[str]]:
         raise CompilerError("the C compiler command is empty", hint="set CC to e.g. gcc")
     if is_gcc(tuple(compiler)) and "-ftree-loop-distribution" not in flags:
         flags += GCC_SAFETY_FLAGS
-    if (is_gcc(tuple(compiler)) and gcc_major(tuple(compiler)) == 12
-            and not any(f.startswith("-mavx512vl") for f in flags)):
-        flags += GCC12_AVX512VL_FLAGS
+    if is_gcc(tuple(compiler)) and gcc_major(tuple(compiler)) == 12:
+        if not any(f.startswith("-mavx512vl") for f in flags):
+            flags += GCC12_AVX512VL_FLAGS
+        if "-ftree-vrp" not in flags:
+            flags += GCC12_VRP_FLAGS
     if options.exact_fp:
         flags.append("-ffp-contract=off")
     if not any(f.startswith("-g") for f in flags):

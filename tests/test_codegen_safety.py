@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import polycomp
 from polycomp import Program
-from polycomp.build import (GCC12_AVX512VL_FLAGS, build_library, compiler_command, gcc_major,
+from polycomp.build import (GCC12_AVX512VL_FLAGS, GCC12_VRP_FLAGS, build_library, compiler_command, gcc_major,
                             is_gcc)
 from polycomp.codegen import ast as A
 from polycomp.codegen.verify import check_ast, executed_instances
@@ -85,7 +85,8 @@ def test_gcc_flags_keep_an_explicit_choice():
     compiler, _ = compiler_command(Options())
     if not is_gcc(tuple(compiler)):
         pytest.skip("the C compiler is not gcc")  # the flag is gcc's only
-    vl = list(GCC12_AVX512VL_FLAGS) if gcc_major(tuple(compiler)) == 12 else []
+    vl = (list(GCC12_AVX512VL_FLAGS) + list(GCC12_VRP_FLAGS)
+          if gcc_major(tuple(compiler)) == 12 else [])
     lines = [LINE_TABLE_FLAG]  # line tables for the machine-code check, last
     assert compiler_command(Options())[1][-1 - len(vl) - 1] == "-fno-tree-loop-distribution"
     assert compiler_command(Options(cflags=("-O3",)))[1] == ["-O3", "-fno-tree-loop-distribution"
@@ -95,7 +96,8 @@ def test_gcc_flags_keep_an_explicit_choice():
     # a user's own -g is kept, and no second one is added
     assert compiler_command(Options(cflags=("-O2", "-g")))[1] == [
         "-O2", "-g", "-fno-tree-loop-distribution"] + vl
-    assert compiler_command(Options(cflags=("-O3", "-mavx512vl")))[1][-1] != "-mno-avx512vl"
+    assert "-mno-avx512vl" not in compiler_command(Options(cflags=("-O3", "-mavx512vl")))[1]
+    assert "-fno-tree-vrp" not in compiler_command(Options(cflags=("-O3", "-ftree-vrp")))[1]
 
 
 @pytest.mark.needs_cc
@@ -111,6 +113,33 @@ def test_a_vectorised_select_over_a_small_nest_is_right(cflags):
         x = rng.standard_normal(shape).astype(np.float32)
         s = rng.uniform(0.1, 1.0, shape).astype(np.float32)
         np.testing.assert_array_equal(kernel(x, s), np.where(x < 0, s * x, x))
+
+
+PADDED_COPY = """
+void pad(float X[2][3][2], float P[2][4][2]) {
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 2; j++) {
+        P[c][i][j] = 0;
+        if (i >= 1)
+          P[c][i][j] = X[c][i - 1][j];
+      }
+}
+"""
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("cflags", [None, ["-O3", "-march=native"]], ids=["default", "user-O3"])
+@pytest.mark.parametrize("parallel_min_work", [None, 0])
+def test_a_conditional_copy_gets_a_mask_per_row(cflags, parallel_min_work):
+    # a conv's top row of padding: gcc 12.2 loaded rows 2-3 of the padded copy under the
+    # mask of rows 0-1 (zeros where X's values belong); -fno-tree-vrp is added for gcc 12
+    options = {} if parallel_min_work is None else {"parallel_min_work": 0}
+    kernel = polycomp.compile_loops(PADDED_COPY, cflags=cflags, **options)
+    x = np.arange(1, 13, dtype=np.float32).reshape(2, 3, 2)
+    p = np.full((2, 4, 2), -1, dtype=np.float32)
+    kernel(x, p)
+    np.testing.assert_array_equal(p, np.pad(x, ((0, 0), (1, 0), (0, 0))))
 
 
 # --- isl's AST generator on strided domains ----------------------------------------------
