@@ -290,7 +290,11 @@ def pw_aff_bounds(pa: isl.PwAff) -> tuple[isl.Val, isl.Val]:
 def constant_pw_aff(value: int, params: Iterable[str] = ()) -> isl.PwAff:
     """{ [(value)] } over the given parameters (a parameter-only piecewise affine)."""
     ls = isl.LocalSpace.from_space(param_space(params))
-    return isl.PwAff.from_aff(isl.Aff.val_on_domain(ls, isl.Val.int_from_si(CTX, int(value))))
+    # isl's values are exact: one past the 64 bits of int_from_si (an extent of
+    # 2 * 9223372036854775807 in a C file) is read from its digits
+    val = (isl.Val.int_from_si(CTX, int(value)) if -2 ** 63 <= int(value) < 2 ** 63
+           else isl.Val.read_from_str(CTX, str(int(value))))
+    return isl.PwAff.from_aff(isl.Aff.val_on_domain(ls, val))
 
 
 def param_pw_aff(name: str, params: Iterable[str]) -> isl.PwAff:

@@ -94,6 +94,14 @@ def test_valid_programs_lower():
             assert definition.lower().statements
 
 
+def test_an_extent_past_64_bits_is_no_internal_error():
+    # a mutation the token fuzzer found: isl's int_from_si took no 2 * (2**63 - 1)
+    run("void f(int n, float x[n + 1], float y[2 * 9223372036854775807]) {\n"
+        "  for (int i = 0; i < (n + 1) / 2; i++)\n"
+        "    y[2 * i] = y[2 * i + 1] + x[i];\n"
+        "}\n", 0)
+
+
 @FAST
 @given(st.sampled_from(range(len(VALID))), st.data(), st.integers(0, 100))
 def test_token_mutations(which: int, data: st.DataObject, size_seed: int):
