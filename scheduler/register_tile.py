@@ -13,16 +13,25 @@ intra-tile pass moves inside the tile. Per step of the reduction every accumulat
 one FMA; the reads cost one load per distinct element they touch in the tile: a read
 that moves along the vector member is ``vectors`` vector loads per copy along the
 unrolled members it moves with, a read that does not is one broadcast per such copy.
+Where the printer unrolls the innermost reduction loop (a window's taps, ``taps``), a
+step counts all of them, and a broadcast that moves along the taps as along a row of
+the tile is loaded once per distinct element when they fit the spare registers (7
+pixels under 3 taps: 9 broadcasts, not 21).
 The tile must fit: accumulators + the vector operands held across the copies + RESERVED
 <= the register file (the copies are ordered rows first, so one broadcast at a time is
-live); it should have at least FMA latency x FMA ports accumulators (else the FMA units
-wait on their own results), and at most 16 unless it loads at most once per two FMAs
-(then 24: a tile bound by its loads gains nothing from more, and gcc spilled). Among
-the tiles that fit: the fewest loads per FMA over all points, the partial register
-tiles at the ends of the loops included (``_expected_cost``), then the most
-accumulators, then the fewest rows of data. A channel-blocked convolution's best tiles are columns of output-channel blocks
-(the filter's vectors) times a row of pixels (the input's broadcasts), as in MLAS's
-NCHWc kernel: measured here (AVX-512, one core, NCHWc input, hand-written C of the same
+live; RESERVED_UNROLLED where the printer unrolls the innermost reduction loop, a
+window's few taps, since gcc then loads the next taps' operands early); it should have
+at least FMA latency x FMA ports accumulators (else the FMA units wait on their own
+results), and at most 16 unless it loads at most once per two FMAs (then 24: a tile
+bound by its loads gains nothing from more, and gcc spilled). Among the tiles that fit:
+the fewest loads per FMA over all points, the partial register tiles at the ends of the
+loops included (``_expected_cost``), then the most accumulators, then the fewest rows of
+data. A tile whose column (its vector operands over the whole reduction: a conv's filter
+blocks x channels x taps) does not fit L1 pays L2_LOAD per held vector per step: the
+next tile along its rows reads the column again (scheduler/tiling.py cuts the reduction
+tile until a cheaper tile fits). A channel-blocked convolution's best tiles are columns
+of output-channel blocks (the filter's vectors) times a row of pixels (the input's
+broadcasts), as in MLAS's NCHWc kernel: measured here (AVX-512, one core, NCHWc input, hand-written C of the same
 shape) 7 pixels x 3 blocks ran a 14 x 14 x 1024 -> 256 1x1 conv at 187 GFLOP/s and a
 28 x 28 x 128 3x3 conv at 205, against 80-107 and 117-128 for 14 or 4 x 4 pixels of one
 block; 28 accumulators (7 x 4) fell to 157. matmul [i, j, k] at BERT's FFN shape: 4
@@ -32,8 +41,9 @@ rows x 4 vectors. (BLIS's and MLAS's SGEMM kernels use 6 x 4 and 12 x 2 vectors.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from . import cache_model as CM
 
@@ -49,11 +59,26 @@ MAX_MEMBERS = 2
 # registers left over for a broadcast operand and the compiler's own use (gcc spilled
 # accumulators of a 28-accumulator conv tile that left it one)
 RESERVED = 2
+# ... and where the innermost reduction loop is unrolled: gcc then loads the next taps'
+# operands early. A 3x3 NCHWc conv with kw unrolled (hand-written C, one core, 16
+# channels per reduction tile) ran 3 blocks x 7 pixels (24 registers with the filter
+# vectors) at 183 GFLOP/s, 4 x 6 (28) at 168, 3 x 8 (27) at 156, 6 blocks x 4 rows (30)
+# at 130
+RESERVED_UNROLLED = 8
+# the most steps of a register tile's innermost reduction loop that the printer unrolls
+# (codegen/openmp.py: ``#pragma GCC unroll``): a window's taps along one axis
+UNROLLED_TAPS = 8
 # loads per FMA charged for the points of a partial register tile that isl writes with
 # guards in its copies (codegen/promote.py then keeps no accumulator in a register):
 # squeezenet's last conv, 63 channel blocks in tiles of 12 by 4-block columns, spent 45 %
 # of its time in the last 3 blocks, about 16 times a full tile's time per point
 UNPROMOTED = 4.0
+# loads per FMA charged for each vector operand a tile reads from L2 rather than L1: a
+# 3x3 NCHWc conv (256 channels at 56 x 56, one core, 32 channels per reduction tile) ran
+# 6 blocks x 4 rows of pixels (a 110 KB filter column, past the 48 KB L1) at 121 GFLOP/s
+# and 3 blocks x 7 pixels (55 KB) at 146; with 16 channels per reduction tile (28 KB),
+# 3 x 7 ran at 183 and 4 x 6 at 168, 6 x 4 at 130 (hand-written C, kw unrolled)
+L2_LOAD = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,10 +110,15 @@ class RegisterTile:
     vectors: int
     accumulators: int
     loads: int
+    # loads per FMA over all of the band's points: partial tiles and L2 reads included
+    expected: float = field(default=0.0, compare=False)
+    # the steps of the innermost reduction loop that the printer unrolls (a window's
+    # taps, ``taps``) and that ``loads`` counts together; 1 when it is not unrolled
+    taps: int = 1
 
     @property
     def loads_per_fma(self) -> float:
-        return self.loads / self.accumulators
+        return self.loads / (self.accumulators * self.taps)
 
 
 def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
@@ -112,6 +142,9 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
     reads = _reads(refs, write)
     members = [m for m in candidates if m != vector and not write.invariant(m)]
     columns = {m for m in members if is_column(refs, vector, m)}
+    sweep = reduction_points(refs, vector, extents)
+    unrolled = taps(refs, vector, extents)
+    reserved = RESERVED if unrolled is None else RESERVED_UNROLLED
     best, best_key = None, None
     for vectors in range(1, MAX_VECTORS + 1):
         strip = vectors * lanes
@@ -130,19 +163,76 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
                         # (a matmul's packed panels: 4 rows x 3 panels x 2 vectors ran
                         # at 121 GFLOP/s, 6 rows x 4 vectors of one panel at 167)
                         continue
-                    tile = _tile(reads, vector, vectors, unroll)
                     held = _held(reads, vector, vectors, unroll)
+                    spare = registers.vectors - held - vectors * math.prod(unroll.values())
+                    tile = _tile(reads, vector, vectors, unroll, unrolled, spare)
                     if (tile.accumulators < 2
-                            or tile.accumulators + held + RESERVED > registers.vectors
+                            or tile.accumulators + held + reserved > registers.vectors
                             or tile.accumulators > _most_accumulators(tile)):
                         continue
                     cost, partial = _expected_cost(reads, vector, vectors, unroll, strip,
-                                                   spread)
+                                                   spread, unrolled, spare)
+                    cost += _column_cost(reads, vector, vectors, unroll, tile,
+                                         sweep, registers)
                     key = (tile.accumulators < registers.min_accumulators, round(cost, 6),
                            partial > 0, -tile.accumulators, _pointers(reads, unroll))
                     if best_key is None or key < best_key:
-                        best, best_key = tile, key
+                        best, best_key = replace(tile, expected=cost), key
     return best
+
+
+def taps(refs: Sequence[CM.Reference], vector: int,
+         extents: Sequence[int | None]) -> tuple[int, int] | None:
+    """(member, steps) of the innermost reduction loop of a register tile when the
+    printer unrolls it (at most UNROLLED_TAPS constant steps: a 3x3 window's kw), else
+    None. The intra-tile pass orders a tile's reduction loops as their members."""
+    writes = [r for r in refs if r.write]
+    if len(writes) != 1:
+        return None
+    reductions = [m for m in range(len(extents)) if m != vector and writes[0].invariant(m)
+                  and extents[m] != 1]
+    if not reductions:
+        return None
+    last = max(reductions)
+    steps = extents[last]
+    return (last, steps) if steps is not None and 1 < steps <= UNROLLED_TAPS else None
+
+
+def reduction_points(refs: Sequence[CM.Reference], vector: int,
+                     extents: Sequence[int | None]) -> int:
+    """The reduction steps a register tile runs between loading and storing its
+    accumulators: the product of the extents of the members its target stays in place
+    along (an unknown extent counts as cache_model.UNKNOWN_EXTENT)."""
+    writes = [r for r in refs if r.write]
+    if len(writes) != 1:
+        return 1
+    return math.prod(e if e is not None else CM.UNKNOWN_EXTENT
+                     for m, e in enumerate(extents)
+                     if m != vector and writes[0].invariant(m))
+
+
+def column_bytes(tile: RegisterTile, refs: Sequence[CM.Reference], vector: int,
+                 extents: Sequence[int | None], registers: RegisterFile | None = None) -> int:
+    """The bytes of vector operands one register tile reads over its reduction (a conv's
+    filter column: blocks x channels x taps x one vector each)."""
+    registers = registers or machine_registers()
+    writes = [r for r in refs if r.write]
+    if len(writes) != 1:
+        return 0
+    held = _held(_reads(refs, writes[0]), vector, tile.vectors, dict(tile.factors))
+    return held * registers.vector_bytes * reduction_points(refs, vector, extents)
+
+
+def _column_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
+                 factors: dict[int, int], tile: RegisterTile, sweep: int,
+                 registers: RegisterFile) -> float:
+    """Loads per FMA charged for vector operands that come from L2: a tile's column
+    (its held vectors over the whole reduction) that does not fit L1 is read again from
+    L2 by the next tile along its rows, once per held vector per reduction step."""
+    held = _held(reads, vector, vectors, factors)
+    if held * registers.vector_bytes * sweep <= CM.cache_sizes()[1]:
+        return 0.0
+    return L2_LOAD * held / tile.accumulators
 
 
 def is_column(refs: Sequence[CM.Reference], vector: int, m: int) -> bool:
@@ -183,18 +273,43 @@ def _pointers(reads: Sequence[CM.Reference], factors: dict[int, int]) -> int:
 
 
 def _tile(reads: Sequence[CM.Reference], vector: int, vectors: int,
-          factors: dict[int, int]) -> RegisterTile:
+          factors: dict[int, int], unrolled: tuple[int, int] | None = None,
+          spare: int | None = None) -> RegisterTile:
+    """The tile's accumulators and its loads per reduction step, counted over the
+    ``unrolled`` taps when the innermost reduction loop is unrolled. A broadcast that
+    moves along the taps as along an unrolled member (the input under a window's kw
+    and a row of pixels) touches f + taps - 1 distinct elements, not f x taps, and gcc
+    loads each once where they fit the ``spare`` registers, give or take one (3 blocks
+    x 7 pixels of a 3x3 conv: 9 broadcasts per 63 FMAs beside 24 registers of
+    accumulators and filter vectors, reloading none)."""
     accumulators = vectors
     for f in factors.values():
         accumulators *= f
+    member, steps = unrolled if unrolled is not None else (None, 1)
     loads = 0
     for r in reads:
         count = 1 if r.invariant(vector) else vectors
+        moves = member is not None and not r.invariant(member)
+        shared = None
+        if moves and r.invariant(vector):
+            shared = next((m for m in factors if not r.invariant(m)
+                           and _same_steps(r, m, member)), None)
+        distinct = count
         for m, f in factors.items():
             if not r.invariant(m):
                 count *= f
-        loads += count
-    return RegisterTile(tuple(sorted(factors.items())), vectors, accumulators, loads)
+                distinct *= f + steps - 1 if m == shared else f
+        if shared is not None and spare is not None and distinct <= spare + 1:
+            loads += distinct
+        else:
+            loads += count * (steps if moves else 1)
+    return RegisterTile(tuple(sorted(factors.items())), vectors, accumulators, loads,
+                        taps=steps)
+
+
+def _same_steps(r: CM.Reference, m: int, other: int) -> bool:
+    """Whether read r's indices move alike along members m and other."""
+    return all(row[m] is not None and row[m] == row[other] for row in r.steps)
 
 
 def _held(reads: Sequence[CM.Reference], vector: int, vectors: int,
@@ -215,7 +330,9 @@ def _held(reads: Sequence[CM.Reference], vector: int, vectors: int,
 
 def _expected_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
                    factors: dict[int, int], strip: int,
-                   spread: Callable[[int], Mapping[int, float]]) -> tuple[float, float]:
+                   spread: Callable[[int], Mapping[int, float]],
+                   unrolled: tuple[int, int] | None = None,
+                   spare: int | None = None) -> tuple[float, float]:
     """Loads per FMA over all of the band's points, partial register tiles included, and
     the share of the points in partial tiles (at equal cost, the tile without them is
     the simpler code).
@@ -237,7 +354,7 @@ def _expected_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
                       for extent, share in spread(d).items() if extent % f}
                   for d, f in dims.items()}
     partial = {d: sum(r.values()) for d, r in remainders.items()}
-    full = _tile(reads, vector, vectors, factors)
+    full = _tile(reads, vector, vectors, factors, unrolled, spare)
     cost = max(0.0, 1.0 - sum(partial.values())) * full.loads_per_fma
     for d, rests in remainders.items():
         guarded = d == vector or any(partial[e] > 0 for e in dims if e > d)
@@ -245,6 +362,6 @@ def _expected_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
             if guarded:
                 cost += share * UNPROMOTED
             else:
-                cost += share * _tile(reads, vector, vectors,
-                                      {**factors, d: rest}).loads_per_fma
+                cost += share * _tile(reads, vector, vectors, {**factors, d: rest},
+                                      unrolled, spare).loads_per_fma
     return cost, sum(partial.values())

@@ -450,7 +450,100 @@ def model_sizes(node: isl.ScheduleNode, program: Program, options: Options,
                                   row_capacity=row,
                                   limits=_limits(node, extents, deps, refs, innermost),
                                   unrolled=unrolled)
-    return choice.sizes
+    if innermost is None:
+        return choice.sizes
+    return _column_in_l1(choice.sizes, refs, innermost, loops, extents, itemsize)
+
+
+def _column_in_l1(sizes: tuple[int, ...], refs: Sequence[CM.Reference], innermost: int,
+                  loops: Sequence[int], extents: list[int | None],
+                  itemsize: int) -> tuple[int, ...]:
+    """``sizes`` with the largest reduction tile halved (down to a vector's lanes: a
+    channel-blocked operand's block) where the register tile at the smaller size costs
+    less. The register model charges a tile whose column (its vector operands over the
+    reduction) does not fit L1, since the next tile along its rows reads the column
+    again (register_tile.L2_LOAD); each halving costs the accumulators' loads and
+    stores once more per sweep. A 3x3 conv over 256 channels took 32 channels per
+    tile, a filter column of 110 KB for 6 blocks; 16 channels and 4 blocks fit L1."""
+    writes = [r for r in refs if r.write]
+    if len(writes) != 1:
+        return sizes
+    reductions = [m for m in loops if m != innermost and writes[0].invariant(m)
+                  and sizes[m] > 1]
+    if not reductions:
+        return sizes
+    cut = max(reductions, key=lambda m: (sizes[m], -m))
+    candidates = [m for m in loops if m != innermost and not writes[0].invariant(m)]
+    lanes = CM.simd_lanes(itemsize)
+    best: tuple[float, int] | None = None
+    size = sizes[cut]
+    while True:
+        trial = tuple(size if m == cut else s for m, s in enumerate(sizes))
+        tile = RT.choose(refs, innermost, candidates, list(trial), lanes,
+                         shares=_tile_shares(trial, extents))
+        if tile is None:
+            break
+        sweep = RT.reduction_points(refs, innermost, list(trial))
+        cost = tile.expected + 2.0 / sweep
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, size)
+        half = size // 2
+        if size % 2 or half < lanes or extents[cut] is None or extents[cut] % half:
+            break
+        size = half
+    if best is None:
+        return sizes
+    sizes = tuple(best[1] if m == cut else s for m, s in enumerate(sizes))
+    return _rows_of_whole_tiles(sizes, refs, innermost, candidates, extents, lanes)
+
+
+def _rows_of_whole_tiles(sizes: tuple[int, ...], refs: Sequence[CM.Reference],
+                         innermost: int, candidates: Sequence[int],
+                         extents: list[int | None], lanes: int) -> tuple[int, ...]:
+    """``sizes`` with the tile along each row member of the register tile (a member it
+    unrolls that its vector operands stay in place along: a conv's pixels) moved down
+    to a multiple of some factor that divides the member's extent, where the register
+    tile there costs less: a row of 7 pixels fits 56, 28 and 14 pixels, and 20-pixel
+    tiles of 56 left 4 x 5 tiles and a partial one."""
+    tile = RT.choose(refs, innermost, candidates, list(sizes), lanes,
+                     shares=_tile_shares(sizes, extents))
+    if tile is None:
+        return sizes
+    for m, _ in tile.factors:
+        extent = extents[m]
+        if extent is None or RT.is_column(refs, innermost, m):
+            continue
+        options = {sizes[m]} | {
+            max(k for k in range(f, sizes[m] + 1, f) if extent % k == 0)
+            for f in range(2, RT.MAX_FACTOR + 1)
+            if any(extent % k == 0 for k in range(f, sizes[m] + 1, f))}
+        scored = []
+        for size in options:
+            trial = tuple(size if k == m else s for k, s in enumerate(sizes))
+            chosen = RT.choose(refs, innermost, candidates, list(trial), lanes,
+                               shares=_tile_shares(trial, extents))
+            if chosen is not None:
+                scored.append((round(chosen.expected, 6), -size))
+        if scored:
+            sizes = tuple(-min(scored)[1] if k == m else s for k, s in enumerate(sizes))
+    return sizes
+
+
+def _tile_shares(sizes: Sequence[int], extents: Sequence[int | None]
+                 ) -> list[dict[int, float] | None]:
+    """Per member: {extent in a tile: share of the points}, for tiles of ``sizes`` (what
+    band_extent_shares reads from the tiled band: a full size and a last remainder)."""
+    out: list[dict[int, float] | None] = []
+    for size, extent in zip(sizes, extents):
+        if extent is None or size >= extent:
+            out.append({min(size, extent) if extent else size: 1.0})
+            continue
+        full, rest = divmod(extent, size)
+        shares = {size: full * size / extent}
+        if rest:
+            shares[rest] = rest / extent
+        out.append(shares)
+    return out
 
 
 def _register_rows(refs: Sequence[CM.Reference], innermost: int, loops: Sequence[int],
