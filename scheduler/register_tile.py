@@ -342,8 +342,11 @@ def _expected_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
     which is the order of the loops over register tiles) has a partial tile too, isl
     writes that remainder as a smaller register tile of its own, with no guard: it costs
     that tile's loads per FMA (13 pixels by 7 are a 7-pixel and a 6-pixel tile). Where
-    one does, the remainder's loop holds full and partial copies of the inner member
-    under guards and keeps nothing in registers: UNPROMOTED. So is a partial strip of
+    one does, or where the member's tiles leave remainders of different sizes (tiles of
+    16 and 12 pixels by 9: 7 and 3, which isl writes as one remainder loop under a
+    guard; vgg19's 28 x 28 conv ran at 8 % of the peak so), the remainder's loop holds
+    full and partial copies of the inner member under guards and keeps nothing in
+    registers: UNPROMOTED. So is a partial strip of
     the vector member charged, although codegen/vector_tile.py now prints it as a masked
     vector in registers (ShuffleNet's 28-pixel rows: 16 + 12 lanes); the charge has not
     been measured again."""
@@ -357,7 +360,8 @@ def _expected_cost(reads: Sequence[CM.Reference], vector: int, vectors: int,
     full = _tile(reads, vector, vectors, factors, unrolled, spare)
     cost = max(0.0, 1.0 - sum(partial.values())) * full.loads_per_fma
     for d, rests in remainders.items():
-        guarded = d == vector or any(partial[e] > 0 for e in dims if e > d)
+        guarded = (d == vector or len(rests) > 1
+                   or any(partial[e] > 0 for e in dims if e > d))
         for rest, share in rests.items():
             if guarded:
                 cost += share * UNPROMOTED

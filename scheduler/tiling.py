@@ -460,7 +460,8 @@ def _column_in_l1(sizes: tuple[int, ...], refs: Sequence[CM.Reference], innermos
                   itemsize: int) -> tuple[int, ...]:
     """``sizes`` with the largest reduction tile halved (down to a vector's lanes: a
     channel-blocked operand's block) where the register tile at the smaller size costs
-    less. The register model charges a tile whose column (its vector operands over the
+    less, each size with its rows of whole register tiles (``_rows_of_whole_tiles``).
+    The register model charges a tile whose column (its vector operands over the
     reduction) does not fit L1, since the next tile along its rows reads the column
     again (register_tile.L2_LOAD); each halving costs the accumulators' loads and
     stores once more per sweep. A 3x3 conv over 256 channels took 32 channels per
@@ -475,10 +476,11 @@ def _column_in_l1(sizes: tuple[int, ...], refs: Sequence[CM.Reference], innermos
     cut = max(reductions, key=lambda m: (sizes[m], -m))
     candidates = [m for m in loops if m != innermost and not writes[0].invariant(m)]
     lanes = CM.simd_lanes(itemsize)
-    best: tuple[float, int] | None = None
+    best: tuple[float, tuple[int, ...]] | None = None
     size = sizes[cut]
     while True:
-        trial = tuple(size if m == cut else s for m, s in enumerate(sizes))
+        trial = _rows_of_whole_tiles(tuple(size if m == cut else s for m, s in enumerate(sizes)),
+                                     refs, innermost, candidates, extents, lanes)
         tile = RT.choose(refs, innermost, candidates, list(trial), lanes,
                          shares=_tile_shares(trial, extents))
         if tile is None:
@@ -486,25 +488,22 @@ def _column_in_l1(sizes: tuple[int, ...], refs: Sequence[CM.Reference], innermos
         sweep = RT.reduction_points(refs, innermost, list(trial))
         cost = tile.expected + 2.0 / sweep
         if best is None or cost < best[0] - 1e-9:
-            best = (cost, size)
+            best = (cost, trial)
         half = size // 2
         if size % 2 or half < lanes or extents[cut] is None or extents[cut] % half:
             break
         size = half
-    if best is None:
-        return sizes
-    sizes = tuple(best[1] if m == cut else s for m, s in enumerate(sizes))
-    return _rows_of_whole_tiles(sizes, refs, innermost, candidates, extents, lanes)
+    return sizes if best is None else best[1]
 
 
 def _rows_of_whole_tiles(sizes: tuple[int, ...], refs: Sequence[CM.Reference],
                          innermost: int, candidates: Sequence[int],
                          extents: list[int | None], lanes: int) -> tuple[int, ...]:
     """``sizes`` with the tile along each row member of the register tile (a member it
-    unrolls that its vector operands stay in place along: a conv's pixels) moved down
-    to a multiple of some factor that divides the member's extent, where the register
-    tile there costs less: a row of 7 pixels fits 56, 28 and 14 pixels, and 20-pixel
-    tiles of 56 left 4 x 5 tiles and a partial one."""
+    unrolls that its vector operands stay in place along: a conv's pixels) moved down,
+    by at most half, to a multiple of some factor that divides the member's extent,
+    where the register tile there costs less: a row of 7 pixels fits 56, 28 and 14
+    pixels, and 20-pixel tiles of 56 left 4 x 5 tiles and a partial one."""
     tile = RT.choose(refs, innermost, candidates, list(sizes), lanes,
                      shares=_tile_shares(sizes, extents))
     if tile is None:
@@ -519,6 +518,8 @@ def _rows_of_whole_tiles(sizes: tuple[int, ...], refs: Sequence[CM.Reference],
             if any(extent % k == 0 for k in range(f, sizes[m] + 1, f))}
         scored = []
         for size in options:
+            if 2 * size < sizes[m]:
+                continue
             trial = tuple(size if k == m else s for k, s in enumerate(sizes))
             chosen = RT.choose(refs, innermost, candidates, list(trial), lanes,
                                shares=_tile_shares(trial, extents))

@@ -158,3 +158,26 @@ def test_a_blocked_3x3_conv_unrolls_its_taps_in_model_context():
     x = {"x": np.random.default_rng(1).standard_normal((1, 64, 16, 16)).astype(np.float32)}
     expected = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, x)
     np.testing.assert_allclose(session.run(None, x)[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
+def test_remainders_of_different_sizes_are_charged_as_guarded_code(avx512_machine):
+    # vgg19's 28 x 28 conv: pixel tiles of 16 and 12 left remainders of 7 and 3 under
+    # 2 x 9 register tiles, which isl writes as one guarded loop, accumulating in memory
+    # (8 % of the peak); the tile must leave no remainder in either
+    shares = [{8: 1.0}, {16: 16 / 28, 12: 12 / 28}, {16: 16 / 28, 12: 12 / 28},
+              {32: 1.0}, {3: 1.0}, {3: 1.0}, {16: 1.0}]
+    extents = [8, 16, 16, 32, 3, 3, 16]
+    tile = RT.choose(CONV_REFS, 6, [0, 1, 2], extents, 16, AVX512, shares=shares)
+    assert tile is not None
+    for m, f in tile.factors:
+        rests = {e % f for e in shares[m] if e % f}
+        assert len(rests) <= 1, tile
+
+
+def test_the_reduction_and_row_tiles_are_chosen_together(avx512_machine):
+    # the same conv at 28 x 28 over 256 channels: 16 channels and rows of 14 pixels
+    # (two 7-pixel register tiles), where 32 channels alone kept rows of 16
+    extents = [32, 28, 28, 256, 3, 3, 16]
+    sizes = tiling._column_in_l1((8, 16, 16, 32, 3, 3, 16), CONV_REFS, 6, list(range(7)),
+                                 extents, 4)
+    assert sizes[3] == 16 and sizes[2] == 14, sizes
