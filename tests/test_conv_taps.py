@@ -6,7 +6,6 @@ tile's object code packed."""
 
 from __future__ import annotations
 
-import platform
 import warnings
 
 import numpy as np
@@ -17,12 +16,18 @@ from polycomp.codegen import vector_tile as VT
 from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler import register_tile as RT
 from polycomp.scheduler import tiling
-from test_vector_tile import AVX512, CONV, CONV_REFS, _conv_oracle, _random
+from test_vector_tile import (
+    AVX512,
+    CONV,
+    CONV_REFS,
+    _conv_oracle,
+    _random,
+    assert_tiles_packed,
+)
 
 import polycomp
 import polycomp.onnx as pco
 
-X86 = platform.machine() in ("x86_64", "AMD64")
 # the caches of the machine the constants were measured on (48 KiB L1d, 2 MiB L2)
 CACHES = {1: 48 * 1024, 2: 2 * 1024 * 1024, 3: 32 * 1024 * 1024}
 
@@ -117,12 +122,7 @@ def test_a_windows_taps_are_unrolled_in_the_register_tile(kk, hw):
     assert f"#pragma GCC unroll {kk}" in _unrolled_markers(kernel.source)
     x, w = _random((1, 32, hw, hw), 7), _random((48, 32, kk, kk), 8)
     np.testing.assert_allclose(kernel(x, w), _conv_oracle(x, w), rtol=1e-4, atol=1e-4)
-    if X86:
-        report = polycomp.inspect(kernel, sizes)
-        lines = kernel.source.splitlines()
-        tiles = [c for c in report.loops if VT.MARKER in lines[c.loop.line - 2]]
-        assert tiles and all(c.packed_fma and not c.scalar_fma for c in tiles), \
-            report.summary()
+    assert_tiles_packed(kernel, sizes)
 
 
 def _blocked_conv_model(c: int, hw: int) -> bytes:

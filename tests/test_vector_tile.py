@@ -230,12 +230,18 @@ def test_a_vector_loop_of_no_whole_vectors_ends_in_a_partial_chunk(n):
     assert VT.MARKER in kernel.source and "polycomp_vload_part_v" in kernel.source
     a, b = _random((24, 40), 5), _random((40, n), 6)
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
-    if X86:
-        report = polycomp.inspect(kernel, sizes)
-        lines = kernel.source.splitlines()
-        tiles = [c for c in report.loops if VT.MARKER in lines[c.loop.line - 2]]
-        assert tiles and all(c.packed_fma and not c.scalar_fma for c in tiles), \
-            report.summary()
+    assert_tiles_packed(kernel, sizes)
+
+
+def assert_tiles_packed(kernel, sizes) -> None:
+    """On x86-64: the kernel has register tiles, and their loops compiled to packed
+    FMAs only (polycomp.inspect's machine-code report)."""
+    if not X86:
+        return
+    report = polycomp.inspect(kernel, sizes)
+    lines = kernel.source.splitlines()
+    tiles = [c for c in report.loops if VT.MARKER in lines[c.loop.line - 2]]
+    assert tiles and all(c.packed_fma and not c.scalar_fma for c in tiles), report.summary()
 
 
 PARTIAL_HARNESS = r"""
