@@ -31,11 +31,12 @@ blocks x channels x taps) does not fit L1 pays L2_LOAD per held vector per step:
 next tile along its rows reads the column again (scheduler/tiling.py cuts the reduction
 tile until a cheaper tile fits). A channel-blocked convolution's best tiles are columns
 of output-channel blocks (the filter's vectors) times a row of pixels (the input's
-broadcasts), as in MLAS's NCHWc kernel: measured here (AVX-512, one core, NCHWc input, hand-written C of the same
-shape) 7 pixels x 3 blocks ran a 14 x 14 x 1024 -> 256 1x1 conv at 187 GFLOP/s and a
-28 x 28 x 128 3x3 conv at 205, against 80-107 and 117-128 for 14 or 4 x 4 pixels of one
-block; 28 accumulators (7 x 4) fell to 157. matmul [i, j, k] at BERT's FFN shape: 4
-rows x 4 vectors. (BLIS's and MLAS's SGEMM kernels use 6 x 4 and 12 x 2 vectors.)
+broadcasts), as in MLAS's NCHWc kernel: measured here (AVX-512, one core, NCHWc input,
+hand-written C of the same shape) 7 pixels x 3 blocks ran a 14 x 14 x 1024 -> 256 1x1
+conv at 187 GFLOP/s and a 28 x 28 x 128 3x3 conv at 205, against 80-107 and 117-128 for
+14 or 4 x 4 pixels of one block; 28 accumulators (7 x 4) fell to 157. matmul [i, j, k]
+at BERT's FFN shape: 4 rows x 4 vectors. (BLIS's and MLAS's SGEMM kernels use 6 x 4 and
+12 x 2 vectors.)
 """
 
 from __future__ import annotations

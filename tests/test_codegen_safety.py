@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import polycomp
 from polycomp import Program
-from polycomp.build import (GCC12_AVX512VL_FLAGS, GCC12_VRP_FLAGS, build_library, compiler_command, gcc_major,
-                            is_gcc)
+from polycomp.build import (GCC12_AVX512VL_FLAGS, GCC12_VRP_FLAGS, build_library,
+                            compiler_command, gcc_major, is_gcc)
 from polycomp.codegen import ast as A
 from polycomp.codegen.verify import check_ast, executed_instances
 from polycomp.errors import InternalError
