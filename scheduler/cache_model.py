@@ -176,6 +176,13 @@ class Reference:
     key: str
     write: bool
 
+    @functools.cached_property
+    def float_steps(self) -> tuple[tuple[float, ...] | None, ...]:
+        """``steps`` as magnitudes in floats, per array dimension (None where a step is
+        unknown): what ``footprint``, called for every tile size tried, reads."""
+        return tuple(None if any(v is None for v in row) else tuple(float(abs(v)) for v in row)
+                     for row in self.steps)
+
     def invariant(self, m: int) -> bool:
         """The same element for every value of member m."""
         return all(row[m] == 0 for row in self.steps)
@@ -352,14 +359,14 @@ def footprint(refs: Sequence[Reference], sizes: Sequence[float]) -> float:
     for members in groups.values():
         ref = members[0]
         elements = 1.0
-        for d, row in enumerate(ref.steps):
-            spread = max(r.offset[d] for r in members) - min(r.offset[d] for r in members)
-            span = 1.0 + ref.inner[d] + spread
-            for m, step in enumerate(row):
-                if step is None:
-                    span = float(ref.extents[d] or UNKNOWN_EXTENT)
-                    break
-                span += float(abs(step)) * (sizes[m] - 1)
+        for d, row in enumerate(ref.float_steps):
+            if row is None:
+                span = float(ref.extents[d] or UNKNOWN_EXTENT)
+            else:
+                spread = max(r.offset[d] for r in members) - min(r.offset[d] for r in members)
+                span = 1.0 + ref.inner[d] + spread
+                for m, step in enumerate(row):
+                    span += step * (sizes[m] - 1)
             cap = ref.extents[d] if d < len(ref.extents) else None
             elements *= min(span, cap) if cap else span
         total += elements * ref.itemsize

@@ -45,10 +45,11 @@ def carried_by_member(node: isl.ScheduleNode, k: int, deps: isl.UnionMap) -> isl
     agree on every outer dimension and differ on member k."""
     domain = node.get_domain()
     local = deps.intersect_domain(domain).intersect_range(domain)
-    outer = T.outer_schedule(node, k)
-    same_outer = local.intersect(outer.apply_range(outer.reverse()))
-    member = T.member_union_map(node, k)
-    return same_outer.subtract(member.apply_range(member.reverse()))
+    # isl's eq_at keeps the pairs whose two ends agree under a schedule, without the
+    # relation between all pairs of instances (twice the dimensions) it would build here
+    same_outer = local.eq_at_multi_union_pw_aff(T.outer_schedule_mupa(node, k))
+    member = isl.MultiUnionPwAff.from_union_pw_aff(node.band_get_partial_schedule().get_at(k))
+    return same_outer.subtract(same_outer.eq_at_multi_union_pw_aff(member))
 
 
 def is_parallel_member(node: isl.ScheduleNode, k: int, deps: isl.UnionMap) -> bool:

@@ -87,16 +87,27 @@ def outer_schedule(node: isl.ScheduleNode, k: int) -> isl.UnionMap:
         node.get_domain()).flat_range_product(members_union_map(node, range(k)))
 
 
+def outer_schedule_mupa(node: isl.ScheduleNode, k: int) -> isl.MultiUnionPwAff:
+    """``outer_schedule`` as a multi union piecewise affine function (what isl's eq_at
+    takes): the prefix above the band, then members 0..k-1."""
+    out = node.get_prefix_schedule_multi_union_pw_aff()
+    partial = node.band_get_partial_schedule()
+    for j in range(k):
+        out = out.flat_range_product(isl.MultiUnionPwAff.from_union_pw_aff(partial.get_at(j)))
+    return out
+
+
 def is_loop_member(node: isl.ScheduleNode, k: int) -> bool:
     """Member ``k`` of a band takes more than one value for some values of the loops
     around it (the prefix schedule and members 0..k-1); else isl writes no loop for it
     but computes its one value. After a wavefront a tile loop is a function of the
     wavefront loop; isl's scheduler can put j in a member below one on 788t + j."""
-    domain = node.get_domain()
+    # { outer values -> member values } is a function exactly when no two instances
+    # share the outer values and differ in the member; it is computed without the
+    # relation between pairs of instances, which doubles the dimensions isl works in
     outer = outer_schedule(node, k)
-    member = member_union_map(node, k).intersect_domain(domain)
-    same_outer = outer.apply_range(outer.reverse())
-    return not same_outer.subtract(member.apply_range(member.reverse())).is_empty()
+    member = member_union_map(node, k)
+    return not outer.reverse().apply_range(member).is_single_valued()
 
 
 def nodes(schedule: isl.Schedule) -> Iterator[isl.ScheduleNode]:
