@@ -241,7 +241,7 @@ def test_targets_are_registered_with_their_passes():
         assert [name for name, _ in target.passes] == ["gpu_mapping", "gpu_promotion"]
         assert not target.neutral_tiling and target.source_suffix == ".cu"
     flags, _ = emulated.build_flags("library", ["x"])
-    assert "-std=c++20" in flags and "-pthread" in flags and flags[-2:] == ["-x", "c++"]
+    assert "-std=c++17" in flags and "-pthread" in flags and flags[-2:] == ["-x", "c++"]
     flags, _ = cuda.build_flags("library", ["x"])
     assert "-arch=sm_80" in flags and "-shared" in flags
 

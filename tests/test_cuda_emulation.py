@@ -3,7 +3,7 @@ target's runtime), on hand-written .cu files that use the header's contract.
 
 The kernels run in both of the emulation's kinds of block threads: fibers (the default)
 and OS threads (-DPOLYCOMP_EMULATION_THREADS, which ThreadSanitizer builds get). Each
-.cu is compiled by g++ -std=c++20 -pthread -Wall -Wextra -Werror: as a shared
+.cu is compiled by g++ -std=c++17 -pthread -Wall -Wextra -Werror: as a shared
 library called by ctypes on numpy arrays, or as a small executable (a `main` in the
 test's text) where the test needs a time limit (a hang) or ThreadSanitizer (whose
 runtime then need not be preloaded into Python). The ThreadSanitizer tests build a block
@@ -30,7 +30,7 @@ from polycomp import cuda
 
 pytestmark = pytest.mark.needs_cc
 
-FLAGS = ["-std=c++20", "-pthread", "-O1", "-Wall", "-Wextra", "-Werror",
+FLAGS = ["-std=c++17", "-pthread", "-O1", "-Wall", "-Wextra", "-Werror",
          f"-I{cuda.header_dir()}", "-x", "c++"]
 
 

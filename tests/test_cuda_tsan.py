@@ -55,7 +55,7 @@ REFERENCES = {**{f"corpus/{k}": v[2] for k, v in CORPUS.items()},
               **{f"operator/{k}": v[2] for k, v in OPERATORS.items()}}
 
 # -O1: TSan's instrumentation without the build time of -O2; -g: file:line in reports
-TSAN_FLAGS = ["-std=c++20", "-pthread", "-O1", "-g", "-fsanitize=thread",
+TSAN_FLAGS = ["-std=c++17", "-pthread", "-O1", "-g", "-fsanitize=thread",
               "-DPOLYCOMP_EMULATION_THREADS", f"-I{cuda.header_dir()}", "-x", "c++"]
 
 

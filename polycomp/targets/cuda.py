@@ -208,7 +208,7 @@ class CudaEmulatedTarget(_CudaText):
         return compiler.split(), flags
 
     def build_flags(self, step: str, texts: Sequence[str]) -> tuple[list[str], list[str]]:
-        common = ["-std=c++20", "-pthread", "-fPIC", "-I", str(HEADER_DIR)]
+        common = ["-std=c++17", "-pthread", "-fPIC", "-I", str(HEADER_DIR)]
         if step == "library":
             return ["-shared", *common, "-x", "c++"], ["-lm"]
         if step == "object":

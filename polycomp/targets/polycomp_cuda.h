@@ -2,7 +2,7 @@
  * `cuda-emulated`, issue 14).
  *
  * Under nvcc (__CUDACC__) it is real CUDA plus a few host macros. Otherwise (g++
- * -std=c++20 -pthread: the `cuda-emulated` target) it is a small CPU emulation of the
+ * -std=c++17 -pthread: the `cuda-emulated` target) it is a small CPU emulation of the
  * part of CUDA that generated code uses, so a kernel can be run against numpy, and
  * checked by ThreadSanitizer, on a machine without a GPU.
  *
@@ -454,8 +454,8 @@ inline int atomicCAS(int *a, int compare, int v) {
 
 /* CUDA's min and max for any two arithmetic types: the common type, and fmin/fmax
  * (NaN-ignoring) for floating point, as CUDA maps them. */
-template <class A, class B>
-    requires(std::is_arithmetic_v<A> && std::is_arithmetic_v<B>)
+template <class A, class B,
+          class = std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>>>
 inline std::common_type_t<A, B> min(A a, B b) {
     using T = std::common_type_t<A, B>;
     if constexpr (std::is_floating_point_v<T>)
@@ -463,8 +463,8 @@ inline std::common_type_t<A, B> min(A a, B b) {
     else
         return T(b) < T(a) ? T(b) : T(a);
 }
-template <class A, class B>
-    requires(std::is_arithmetic_v<A> && std::is_arithmetic_v<B>)
+template <class A, class B,
+          class = std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>>>
 inline std::common_type_t<A, B> max(A a, B b) {
     using T = std::common_type_t<A, B>;
     if constexpr (std::is_floating_point_v<T>)
