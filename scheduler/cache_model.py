@@ -183,9 +183,16 @@ class Reference:
         return tuple(None if any(v is None for v in row) else tuple(float(abs(v)) for v in row)
                      for row in self.steps)
 
+    @functools.cached_property
+    def _invariant_members(self) -> frozenset[int]:
+        width = len(self.steps[0]) if self.steps else 0
+        return frozenset(m for m in range(width) if all(row[m] == 0 for row in self.steps))
+
     def invariant(self, m: int) -> bool:
         """The same element for every value of member m."""
-        return all(row[m] == 0 for row in self.steps)
+        if not self.steps:
+            return True
+        return m in self._invariant_members
 
     def unit_stride(self, m: int) -> bool:
         """Consecutive elements (or the same one) along member m: row-major, so the last
