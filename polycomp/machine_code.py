@@ -18,8 +18,10 @@ PerformanceWarning when a kernel is built (with gcc's own reason, from the
 ``polycomp.inspect`` prints the whole report.
 
 Only x86-64 object code is read (objdump's AT&T syntax); elsewhere the report says so and
-judges nothing. A marked loop with no floating-point arithmetic (a copy, integer code) is
-not judged either: its report says so.
+judges nothing. A marked loop with no floating-point arithmetic is not judged either: its
+report says so. That is a loop whose C only copies elements and stores constants (a
+layout change, a zero-fill: arithmetic the line table gives its lines is some fused
+neighbour's), or one whose object code has none (integer code).
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ _FUNCTION = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([A-Z
 # objdump -d --line-numbers: a function, a source position, an instruction
 _SYMBOL = re.compile(r"^[0-9a-f]+ <([^>]+)>:$")
 _POSITION = re.compile(r"^(\S.*?):(\d+)(?: \(discriminator \d+\))?$")
+# a statement that stores an element of an array or a literal into an element: indices
+# hold integer arithmetic only (the printer's flat indices have no nested brackets)
+_ELEMENT = r"[A-Za-z_]\w*\[[^\[\]]*\]"
+_COPY = re.compile(rf"^{_ELEMENT}\s*=\s*(?:{_ELEMENT}|[-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?f?"
+                   r"|INFINITY))\s*;$")
 _INSTRUCTION = re.compile(r"^\s+[0-9a-f]+:\s+(?:[0-9a-f]{2} )*\s*([a-z][\w.]*)\s*(.*)$")
 # floating-point arithmetic, SSE and AVX encodings: (fma?, packed?)
 _FP_ARITH = re.compile(r"^v?(?P<op>f(?:n?m(?:add|sub)(?:sub|add)?)\d{3}|add|sub|mul|div|max|min"
@@ -71,6 +78,11 @@ class MarkedLoop:
     line: int        # its ``for`` line
     last: int        # the last line of its body
     statement: str   # its first statement, for the report
+    # every statement of its body copies an element or stores a constant (a layout
+    # change, a padded copy, a zero-fill): no floating-point arithmetic of its own, so
+    # arithmetic that the line table puts on its lines (gcc fuses a short copy with the
+    # loop after it) is not the loop's, and the loop is not judged
+    copies_only: bool = False
 
 
 @dataclass
@@ -90,6 +102,8 @@ class LoopCode:
     @property
     def judged(self) -> bool:
         """Whether the loop has floating-point arithmetic to judge by."""
+        if self.loop.copies_only:
+            return False
         return bool(self.packed_fma + self.packed_other + self.scalar_fma + self.scalar_other)
 
     @property
@@ -172,8 +186,9 @@ def marked_loops(text: str, source: str = "") -> list[MarkedLoop]:
                 last = m if lines[m].strip() else last
                 m += 1
         body = [s.strip() for s in lines[j + 1:last + 1] if s.strip() not in ("", "{", "}")]
+        copies = bool(body) and all(_COPY.match(s) for s in body)
         out.append(MarkedLoop(source, function, j + 1, last + 1,
-                              (body[0] if body else lines[j].strip())[:120]))
+                              (body[0] if body else lines[j].strip())[:120], copies))
     return out
 
 

@@ -35,7 +35,7 @@ int f(float *restrict a, const float *restrict b)
   for (long c0 = 0; c0 <= 15; c0 += 1)
   {
     {
-      a[c0] = b[c0];
+      a[c0] = b[c0] + b[c0];
     }
   }
   return 0;
@@ -48,7 +48,8 @@ def test_marked_loops_are_found_with_their_body_lines():
     assert [(lp.function, lp.line, lp.last) for lp in loops] == [("f_par0", 6, 7),
                                                                   ("f", 14, 19)]
     assert loops[0].statement.startswith("a[c2 * 16 + c3] +=")
-    assert loops[1].statement == "a[c0] = b[c0];"
+    assert loops[1].statement == "a[c0] = b[c0] + b[c0];"
+    assert not loops[0].copies_only and not loops[1].copies_only
 
 
 LISTING = """\
@@ -81,6 +82,28 @@ def test_instructions_are_attributed_to_the_marked_loop_of_their_line():
     assert report.scalar_loops == [second]
     assert report.functions == {"f_par0": (2, 1)}
     assert "SCALAR" in report.summary() and "vector" in report.summary()
+
+
+def test_a_copy_is_not_judged_by_the_arithmetic_of_the_loop_gcc_fused_it_with():
+    # gcc 12 unrolls a 120-element copy and interleaves it with the scalar sum after it;
+    # the line table then puts some of the sum's vaddss on the copy's lines (onnx's
+    # test_layer_normalization_4d_axis0_expanded warned "compiled to scalar")
+    text = C_TEXT.replace("a[c0] = b[c0] + b[c0];", "a[c0] = b[c0];")
+    loops = mc.marked_loops(text, "k.c")
+    assert [lp.copies_only for lp in loops] == [False, True]
+    report = mc.inspect_listing(LISTING, "k.o", {"/cache/k.c": text})
+    first, second = report.loops
+    assert second.scalar_other == 1 and not second.judged and not second.scalar
+    assert report.scalar_loops == [] and not first.scalar
+    assert "no FP arithmetic" in report.summary()
+    # a zero-fill, a fill with -inf and a layout copy are copies; arithmetic is not
+    for statement, copy in (("t3[(c0 * 56 + c1) * 16 + c2] = 0.0f;", True),
+                            ("m[c0] = -INFINITY;", True),
+                            ("t7[c0 * 3136 + c1] = t3[(c1 / 16) * 50176 + c0];", True),
+                            ("y[c0] = x[c0] * 2.0f;", False),
+                            ("y[c0] = polycomp_fmax_float32(x[c0], 0.0f);", False),
+                            ("y[c0] = (float)x[c0];", False)):
+        assert bool(mc._COPY.match(statement)) == copy, statement
 
 
 def test_compiler_reasons_are_read_per_loop():
