@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler import panel_tiles as PT
 from polycomp.scheduler import tiling
-from polycomp.scheduler.panels import MIN_ROWS, PANEL_ROW_BYTES, pack_panels
+from polycomp.scheduler.panels import MIN_ROWS, PANEL_ROW_BYTES, PANEL_VECTORS, pack_panels
 
 import polycomp
 import polycomp.onnx as pco
@@ -23,6 +23,8 @@ MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 BMM = ("def bmm(float(G,M,K) A, float(G,K,N) B) -> (C) "
        "{ C(g,m,n) +=! A(g,m,k) * B(g,k,n) }")
 LONG = PANEL_ROW_BYTES // 4  # the shortest row of floats that is packed
+# a panel's columns of floats: 4 vectors of this machine's width (64 with AVX-512, 32 with AVX2)
+WIDTH = PANEL_VECTORS * CM.simd_lanes(4)
 
 
 def _program(src, sizes):
@@ -37,12 +39,12 @@ def _panels(program):
     # rows of C not a multiple of the register tile's; K not a multiple of anything
     (MM, {"M": 45, "K": 19, "N": LONG}, (45, 19), (19, LONG)),
     # a batch of products: each batch packs its own panels
-    (BMM, {"G": 2, "M": 20, "K": 7, "N": LONG + 64}, (2, 20, 7), (2, 7, LONG + 64)),
+    (BMM, {"G": 2, "M": 20, "K": 7, "N": LONG + WIDTH}, (2, 20, 7), (2, 7, LONG + WIDTH)),
 ])
 def test_packed_products_match_numpy_in_parallel_tiled_code(src, sizes, shape_a, shape_b):
     program = pack_panels(_program(src, sizes))
     (panels,) = _panels(program)
-    assert panels.extents()[-2:] == (shape_b[-2], 64)
+    assert panels.extents()[-2:] == (shape_b[-2], WIDTH)
     rng = np.random.default_rng(3)
     a = rng.standard_normal(shape_a).astype(np.float32)
     b = rng.standard_normal(shape_b).astype(np.float32)
@@ -70,7 +72,7 @@ def test_products_that_are_not_packed(src, sizes, why):
 
 
 def test_the_packed_band_gets_blis_sizes_and_vector_code():
-    """sgemm at 1024: a micro-panel (kc x 64 floats) fills PANEL_L1 of L1, the row tile
+    """sgemm at 1024: a micro-panel (kc x WIDTH floats) fills PANEL_L1 of L1, the row tile
     is a multiple of the register tile's rows and shares out evenly over two threads,
     and the micro-kernel is packed FMAs in the object code."""
     n = 1024
@@ -79,10 +81,10 @@ def test_the_packed_band_gets_blis_sizes_and_vector_code():
         report = polycomp.inspect(kernel, sizes={"M": n, "K": n, "N": n})
     bands = {b.id: b for b in seen}
     band = bands["S1@0"]
-    assert band.extents == (n, n // 64, n, 64)
+    assert band.extents == (n, n // WIDTH, n, WIDTH)
     (mc, nc, kc, width), = band.tiling.levels
     caches = CM.cache_sizes()
-    assert width == 64 and kc * 64 * 4 <= PT.PANEL_L1 * caches[1] < 2 * kc * 64 * 4
+    assert width == WIDTH and kc * WIDTH * 4 <= PT.PANEL_L1 * caches[1] < 2 * kc * WIDTH * 4
     tiles = math.ceil(n / mc)
     assert math.ceil(tiles / 2) * mc * 2 <= 1.1 * n
     assert 1 <= nc <= PT.NC_PANELS

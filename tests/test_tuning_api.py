@@ -16,6 +16,7 @@ import polycomp
 from polycomp.errors import OptionError
 from polycomp.options import Options
 from polycomp.runtime import Kernel
+from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler.tiling import observe_bands
 from polycomp.tuning import api, measure_trial, space_of
 from polycomp.tuning.measure import Outcome
@@ -138,22 +139,25 @@ def test_every_sampled_configuration_compiles_legally_and_matches_the_default():
 
 
 CONV3X3 = """def conv(float(N, C, H, W) I, float(F, C, KH, KW) Wt) -> (O) {
-    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw) where h in 0:56, w in 0:56
+    O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw) where h in 0:28, w in 0:28
 }"""
 
 
 def test_a_blocked_convs_parallel_tiles_are_its_rows():
-    """The 64 output channels in 4 blocks of 16: one tile holds the 4 blocks, so the
-    parallel tile loop runs over the output rows, and the space counts its tiles there
-    (it counted the single tile of blocks: a prune and a feature that saw 1)."""
-    sizes = {"N": 1, "C": 64, "H": 58, "W": 58, "F": 64, "KH": 3, "KW": 3}
+    """The 64 output channels in blocks of the vector width (4 of 16 with AVX-512, 8 of 8
+    with AVX2; 28 output columns are no multiple of either, so the conv is blocked): one
+    tile holds every block, so the parallel tile loop runs over the output rows, and the
+    space counts its tiles there (it counted the single tile of blocks: a prune and a
+    feature that saw 1)."""
+    sizes = {"N": 1, "C": 64, "H": 30, "W": 30, "F": 64, "KH": 3, "KW": 3}
+    blocks = 64 // CM.simd_lanes(4)
     kernel = polycomp.compile(CONV3X3, sizes=sizes, tuning="none")
     trips = [int(m) + 1 for m in re.findall(
         r"#pragma omp parallel for\s*\n\s*for \(long c\d+ = 0; c\d+ <= (\d+);",
         kernel.c_source)]
     space, infos = space_of(CONV3X3, sizes=sizes)
-    (conv,) = [i for i in infos if i.extents[1] == 4 and 56 in i.extents]
-    assert conv.parallel[0] == 1 and space.default[f"{conv.id}/tile1"] == 4
+    (conv,) = [i for i in infos if i.extents[1] == blocks and 28 in i.extents]
+    assert conv.parallel[0] == 1 and space.default[f"{conv.id}/tile1"] == blocks
     rows = conv.parallel_tiles(space.default)
     assert rows > 1 and rows in trips  # the loop the C's parallel for runs
 
