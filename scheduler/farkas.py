@@ -188,13 +188,21 @@ def _split_by_access(m: isl.Map, source: str, target: str,
     return parts
 
 
+# variables a relaxed piece may keep after its equalities are eliminated. isl's cone
+# computation is exponential in them, and the relaxed piece (one dimension more, the size)
+# costs far more than the exact one: a 3x3 conv reading its padded input, 9 variables and
+# one size, took 35 s where the exact piece took 0.06 s (and 15 s is the scheduler's
+# whole time limit). Such a piece keeps its exact rows only, as where relax finds nothing
+RELAXED_MAX_VARIABLES = 8
+
+
 def _piece(source: str, target: str, n_s: int, n_t: int, n_p: int, poly: isl.Set,
            sizes: Sizes | None = None) -> Piece:
     relaxed = None
     if sizes is not None and sizes.names:
         loose = sizes.relax(poly)
         if loose is not None:
-            relaxed = farkas_rows(loose)
+            relaxed = farkas_rows(loose, RELAXED_MAX_VARIABLES)
     return Piece(next(_IDS), source, target, n_s, n_t, n_p, poly, farkas_rows(poly), sizes,
                  relaxed)
 
@@ -292,9 +300,11 @@ def _constants(poly: isl.Set) -> list[int]:
             for bset in poly.get_basic_sets() for con in bset.get_constraints()]
 
 
-def farkas_rows(poly: isl.Set) -> tuple[tuple[int, ...], ...]:
+def farkas_rows(poly: isl.Set, max_variables: int | None = None
+                ) -> tuple[tuple[int, ...], ...] | None:
     """The cone of affine forms non-negative on ``poly`` as integer inequality rows
-    (an equality gives two rows), duplicates removed.
+    (an equality gives two rows), duplicates removed; None when ``max_variables`` is
+    given and more variables than that are left after the elimination below.
 
     Equalities of ``poly`` with a unit coefficient are used to eliminate variables first
     (z_k = M z' + M_p p + m, integral since the pivots are units): the cone of the
@@ -306,6 +316,8 @@ def farkas_rows(poly: isl.Set) -> tuple[tuple[int, ...], ...]:
     n_par = poly.dim(dim.param)
     n = poly.dim(dim.set)
     eliminated, reduced = _eliminate_equalities(poly)
+    if max_variables is not None and reduced.dim(dim.set) > max_variables:
+        return None
     kept = [k for k in range(n) if k not in eliminated]
     rows: dict[tuple[int, ...], None] = {}
     for q_row in _cone_rows(reduced):

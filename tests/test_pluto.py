@@ -340,3 +340,24 @@ def test_a_parallel_band_over_cut_statements_is_distributed_into_their_bands():
         if len(names) == 1 and names <= inner:
             own.append(band.band_n_member())
     assert own == [2, 2], schedule
+
+
+def test_a_padded_3x3_convs_big_piece_keeps_its_exact_rows_only():
+    """A 3x3 conv reading its padded input (64 channels at 56 x 56): after the equalities,
+    the dependence piece keeps 9 variables, and relaxing its sizes (farkas.Sizes) costs
+    isl's cone computation over half a minute where the exact one takes a tenth of a
+    second (the scheduler's whole limit is 15 s): the piece keeps its exact rows, and a
+    smaller one is still relaxed."""
+    from polycomp.scheduler import farkas as F  # noqa: PLC0415
+
+    big = isl.Set(
+        "{ [i1, i2, i3, j1, j2, j3, k, a, b] : 0 <= i1 <= 63 and 0 <= i2 <= 55 and "
+        "0 <= i3 <= 55 and 0 <= j1 <= 63 and i2 - 1 <= j2 <= i2 + 1 and 0 <= j2 <= 55 and "
+        "i3 - 1 <= j3 <= i3 + 1 and 0 <= j3 <= 55 and 0 <= k <= 63 and 0 <= a <= 2 and "
+        "0 <= b <= 2 }").detect_equalities().remove_redundancies()
+    small = big.project_out(isl.dim_type.set, 2, 1).project_out(isl.dim_type.set, 4, 1)
+    for poly, relaxed in ((big, False), (small, True)):
+        sizes = F.Sizes.of([poly], [])
+        piece = F._piece("S", "T", 3, 6, 0, poly, sizes)
+        assert piece.rows and (piece.relaxed is not None) == relaxed
+    assert F.farkas_rows(big, F.RELAXED_MAX_VARIABLES) is None
