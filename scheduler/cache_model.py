@@ -219,8 +219,8 @@ def band_references(node: isl.ScheduleNode, program: Program) -> list[Reference]
             continue
         smap = next(m for m in U.maps_of(full) if m.get_tuple_name(dim.in_) == name)
         rows = [_linear_row(pa) for pa in _pw_affs(smap)]
-        directions = _directions(rows, n_prefix, n_band)
-        inner_dirs = [(_directions_one(rows, q), _extent(smap, piece, q))
+        directions = [_plain(x) for x in _directions(rows, n_prefix, n_band)]
+        inner_dirs = [(_plain(_directions_one(rows, q)), _extent(smap, piece, q))
                       for q in range(n_prefix + n_band, len(rows)) if any(rows[q])]
         for access, write in [(stmt.write, True)] + [(r, False) for r in stmt.reads]:
             out.append(_reference(name, access, write, directions, inner_dirs, program))
@@ -315,8 +315,8 @@ def _reference(name: str, access: isl.Map, write: bool,
             offset.append(0)
             key.append(f"?{d}")
             continue
-        coeffs = [Fraction(str(aff.get_coefficient_val(dim.in_, j)))
-                  for j in range(aff.dim(dim.in_))]
+        coeffs = _plain([Fraction(str(aff.get_coefficient_val(dim.in_, j)))
+                         for j in range(aff.dim(dim.in_))])
         steps.append(tuple(_dot(coeffs, x) for x in directions))
         inner.append(int(sum(abs(_dot(coeffs, x)) * (e - 1) for x, e in inner_dirs)))
         const = aff.get_constant_val()
@@ -351,8 +351,18 @@ def _quasi_step(aff: isl.Aff | None, direction: Sequence[Fraction]) -> Fraction 
     return Fraction(0)
 
 
-def _dot(a: Sequence[Fraction], b: Sequence[Fraction]) -> Fraction:
-    return sum((x * y for x, y in zip(a, b)), Fraction(0))
+def _plain(row: Sequence[Fraction]) -> list[int | Fraction]:
+    """The row with its integral entries as ints: the dot products below run per
+    reference and band member, and Fraction arithmetic was a sixth of a model's compile."""
+    return [int(v) if v.denominator == 1 else v for v in row]
+
+
+def _dot(a: Sequence[int | Fraction], b: Sequence[int | Fraction]) -> int | Fraction:
+    total: int | Fraction = 0
+    for x, y in zip(a, b):
+        if x and y:
+            total += x * y
+    return total
 
 
 # ----------------------------------------------------------------------------- footprints
