@@ -7,8 +7,8 @@ domains, accesses, expression trees with their dtypes, arrays, the original sche
 the parametric program it came from), the Options, and polycomp's own code (any edit
 of a polycomp module gives new keys: a cache never serves what older code produced).
 The entry is a pickle of the Compiled record (isl objects pickle as their text; the
-schedule tree is stored as its YAML text). Warnings the compile raised are stored and
-raised again on a hit.
+schedule tree as its text plus its marks' ids, scheduler/tree.to_portable). Warnings the
+compile raised are stored and raised again on a hit.
 
 Only callers that opt in use it (``CachedKernel``, the ONNX session's kernels): the
 test suite replaces pipeline stages with monkeypatch, and a general cache would let
@@ -25,8 +25,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import islpy as isl
-
 from . import islutil as U
 from .build import cache_dir
 from .driver import Compiled, compile_program
@@ -34,7 +32,7 @@ from .ir import Program
 from .options import Options
 from .runtime import Kernel
 
-FORMAT = 1  # bump when the stored record changes shape
+FORMAT = 2  # bump when the stored record changes shape
 
 
 @functools.lru_cache(maxsize=1)
@@ -99,8 +97,7 @@ def load_compiled(program: Program, options: Options,
     try:
         with open(_path(cache_key(program, options, signature)), "rb") as f:
             record = pickle.load(f)
-        compiled = Compiled(record["program"], record["dependences"],
-                            isl.Schedule(record["schedule"]), record["source"])
+        compiled = Compiled.from_portable(record["compiled"])
     except Exception:  # a missing, partial or stale entry is a miss, never an error
         return None
     for category, message in record.get("warnings", ()):
@@ -112,8 +109,7 @@ def store_compiled(program: Program, options: Options, compiled: Compiled,
                    caught: list[warnings.WarningMessage], signature: str | None = None) -> None:
     if not options.cache:
         return
-    record = {"program": compiled.program, "dependences": compiled.dependences,
-              "schedule": compiled.schedule.to_str(), "source": compiled.source,
+    record = {"compiled": compiled.to_portable(),
               "warnings": [(w.category, str(w.message)) for w in caught]}
     path = _path(cache_key(program, options, signature))
     try:

@@ -33,7 +33,7 @@ from .scheduler.reciprocals import hoist_reciprocals
 from .scheduler.reductions import relax_reductions
 from .scheduler.short_sums import write_out_short_sums
 from .scheduler.stripmining import strip_mine_blocked
-from .scheduler.tree import dump
+from .scheduler.tree import dump, from_portable, to_portable
 from .targets import get_target
 
 EMITS = ("c", "schedule", "deps", "ir", "ast")
@@ -47,6 +47,18 @@ class Compiled:
     dependences: Dependences
     schedule: isl.Schedule
     source: Source
+
+    def to_portable(self) -> tuple[Program, Dependences, tuple[str, tuple], Source]:
+        """What pickles and reads back as the same Compiled (``from_portable``; the
+        compile cache stores it): the tree as text plus its marks' ids
+        (scheduler/tree.to_portable)."""
+        return self.program, self.dependences, to_portable(self.schedule), self.source
+
+    @staticmethod
+    def from_portable(portable: tuple[Program, Dependences, tuple[str, tuple], Source]
+                      ) -> Compiled:
+        program, deps, schedule, source = portable
+        return Compiled(program, deps, from_portable(*schedule), source)
 
 
 def schedule_program(program: Program, deps: Dependences, options: Options) -> isl.Schedule:

@@ -37,7 +37,8 @@ _IN_CHILD = False
 def in_time_limit(fn: Callable[[], str], seconds: float) -> str | None:
     """``fn()`` computed in a child process: its text, None when ``fn`` raised, and
     TimeoutError when it ran past ``seconds`` (the child is killed). Where a process cannot
-    fork (Windows) ``fn`` runs here, unbounded, its exceptions propagating."""
+    fork (Windows) ``fn`` runs here, unbounded, its exceptions propagating. An exception
+    here (KeyboardInterrupt) kills the child before it propagates."""
     if not hasattr(os, "fork"):
         return fn()
     read_end, write_end = os.pipe()
@@ -76,6 +77,9 @@ def in_time_limit(fn: Callable[[], str], seconds: float) -> str | None:
                 finished = True
                 break
             chunks.append(chunk)
+    except BaseException:
+        _kill(pid)  # interrupted (Ctrl-C): the wait below would last the child's whole run
+        raise
     finally:
         os.close(read_end)
         _, status = os.waitpid(pid, 0)

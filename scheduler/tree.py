@@ -163,3 +163,60 @@ def dump(schedule: isl.Schedule) -> str:
     """Block-style YAML of a schedule tree (diff-friendly; reads back with isl.Schedule)."""
     printer = isl.Printer.to_str(U.CTX).set_yaml_style(isl.yaml_style.BLOCK)
     return printer.print_schedule(schedule).get_str()
+
+
+# a mark as ``to_portable`` records it: the child positions from the root to it, its
+# name and its id's user value (None for none)
+PortableMark = tuple[tuple[int, ...], str, object]
+
+
+def to_portable(schedule: isl.Schedule) -> tuple[str, tuple[PortableMark, ...]]:
+    """The tree as isl text that isl reads back, and its marks, so that ``from_portable``
+    gives the same tree with the same mark ids in another process. isl text keeps a
+    mark's name but not the Python value its id carries (lanes, reductions, a band's
+    intra-tile settings), and isl prints a mark above a leaf in a form its own reader
+    refuses ("expecting child"): those marks are left out of the text."""
+    marks: list[PortableMark] = []
+    above_leaves: list[tuple[int, ...]] = []
+
+    def visit(node: isl.ScheduleNode, path: tuple[int, ...]) -> None:
+        if is_mark(node):
+            mark = node.mark_get_id()
+            try:
+                user = mark.get_user()
+            except TypeError:  # ids read from text carry no user value
+                user = None
+            marks.append((path, mark.get_name(), user))
+            if node.child(0).get_type() == node_type.leaf:
+                above_leaves.append(path)
+        for k in range(node.n_children()):
+            visit(node.child(k), (*path, k))
+
+    visit(schedule.get_root(), ())
+    for path in above_leaves:  # a leaf has no descendants: no other mark's path moves
+        schedule = _at(schedule, path).delete().get_schedule()
+    return schedule.to_str(), tuple(marks)
+
+
+def from_portable(text: str, marks: tuple[PortableMark, ...]) -> isl.Schedule:
+    """The tree ``to_portable`` described (its text and its marks)."""
+    schedule = isl.Schedule(text)
+    for path, name, user in marks:  # parents first: each insertion keeps later paths
+        node = _at(schedule, path)
+        if is_mark(node):
+            if node.mark_get_id().get_name() != name:
+                raise ValueError(f"a portable tree has mark {node.mark_get_id().get_name()!r} "
+                                 f"where its marks say {name!r}")
+            node = node.delete()
+        elif node.get_type() != node_type.leaf:
+            raise ValueError(f"a portable tree has no mark {name!r} at {path}")
+        node = node.insert_mark(isl.Id(name) if user is None else isl.Id(name, user=user))
+        schedule = node.get_schedule()
+    return schedule
+
+
+def _at(schedule: isl.Schedule, path: tuple[int, ...]) -> isl.ScheduleNode:
+    node = schedule.get_root()
+    for k in path:
+        node = node.child(k)
+    return node
