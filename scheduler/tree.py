@@ -187,13 +187,14 @@ def to_portable(schedule: isl.Schedule) -> tuple[str, tuple[PortableMark, ...]]:
             except TypeError:  # ids read from text carry no user value
                 user = None
             marks.append((path, mark.get_name(), user))
-            if node.child(0).get_type() == node_type.leaf:
+            if below_marks(node).get_type() == node_type.leaf:  # marks, then a leaf
                 above_leaves.append(path)
         for k in range(node.n_children()):
             visit(node.child(k), (*path, k))
 
     visit(schedule.get_root(), ())
-    for path in above_leaves:  # a leaf has no descendants: no other mark's path moves
+    # deepest first: a deleted mark moves only the marks and the leaf below it
+    for path in reversed(above_leaves):
         schedule = _at(schedule, path).delete().get_schedule()
     return schedule.to_str(), tuple(marks)
 

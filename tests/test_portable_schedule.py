@@ -80,6 +80,21 @@ def test_a_compiled_tree_comes_back_with_its_marks_values(name):
         assert all(value is None for _, value in _marks(isl.Schedule(schedule.to_str())))
 
 
+def test_marks_above_marks_above_a_leaf_come_back():
+    tree = isl.Schedule('{ domain: "{ S[i] : 0 <= i < 4; T[] }", child: { sequence: [ '
+                        '{ filter: "{ T[] }" }, { filter: "{ S[i] }", child: '
+                        '{ schedule: "[{ S[i] -> [(i)] }]" } } ] } }')
+    leaf = tree.get_root().child(0).child(0).child(0)
+    tree = leaf.insert_mark(isl.Id("inner", user=(3, "x"))).insert_mark(
+        isl.Id("outer")).get_schedule()
+    text, marks = to_portable(tree)
+    assert [(path, name) for path, name, _ in marks] == [((0, 0, 0), "outer"),
+                                                         ((0, 0, 0, 0), "inner")]
+    back = from_portable(text, marks)
+    assert _same_tree(back, tree)
+    assert _marks(back) == [("outer", None), ("inner", (3, "x"))]
+
+
 def test_text_whose_marks_do_not_match_is_refused():
     schedule = _compiled(MATMUL, {"M": 64, "K": 48, "N": 64}).schedule
     text, marks = to_portable(schedule)
