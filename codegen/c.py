@@ -47,6 +47,7 @@ from polycomp import islutil as U
 from polycomp.ir import Program, Statement
 from polycomp.scheduler import tree as T  # mark names
 from polycomp.scheduler.contraction import MARK_LOCAL
+from polycomp.scheduler.tree import mark_user
 
 from .ast import expression_builder, loop_iterator
 from .indices import annotation, divided_indices
@@ -299,14 +300,6 @@ def has_loop(node: isl.AstNode) -> bool:
     if kind == node_type.mark:
         return has_loop(node.mark_get_node())
     return False
-
-
-def mark_user(mark: isl.Id) -> object:
-    """A mark id's user value (a pass's annotation), None for ids read from text."""
-    try:
-        return mark.get_user()
-    except TypeError:  # ids read from text carry no user value
-        return None
 
 
 def statement(stmt: Statement, printer: ValuePrinter, emitter: CPrinter) -> c.Generable:

@@ -51,6 +51,14 @@ def is_mark(node: isl.ScheduleNode, name: str | None = None) -> bool:
             and (name is None or node.mark_get_id().get_name() == name))
 
 
+def mark_user(mark: isl.Id) -> object:
+    """A mark id's user value (a pass's annotation), None for ids read from text."""
+    try:
+        return mark.get_user()
+    except TypeError:  # ids read from text carry no user value
+        return None
+
+
 def below_marks(node: isl.ScheduleNode) -> isl.ScheduleNode:
     """The first node at or below ``node`` that is no mark (marks have one child)."""
     while is_mark(node):
@@ -143,10 +151,7 @@ def canonical_marks(schedule: isl.Schedule) -> isl.Schedule:
     def go(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if is_mark(node) and node.mark_get_id().get_name() in MARK_ALIASES:
             mark = node.mark_get_id()
-            try:
-                user = mark.get_user()
-            except TypeError:  # ids read from text carry no user value
-                user = None
+            user = mark_user(mark)
             renamed = MARK_ALIASES[mark.get_name()]
             node = node.delete().insert_mark(isl.Id(renamed) if user is None
                                              else isl.Id(renamed, user=user))
@@ -182,10 +187,7 @@ def to_portable(schedule: isl.Schedule) -> tuple[str, tuple[PortableMark, ...]]:
     def visit(node: isl.ScheduleNode, path: tuple[int, ...]) -> None:
         if is_mark(node):
             mark = node.mark_get_id()
-            try:
-                user = mark.get_user()
-            except TypeError:  # ids read from text carry no user value
-                user = None
+            user = mark_user(mark)
             marks.append((path, mark.get_name(), user))
             if below_marks(node).get_type() == node_type.leaf:  # marks, then a leaf
                 above_leaves.append(path)

@@ -10,9 +10,8 @@ import pytest
 
 import polycomp
 from polycomp import compile_cache, driver
-from polycomp.codegen.c import mark_user
 from polycomp.compile_cache import CachedKernel
-from polycomp.scheduler.tree import from_portable, is_mark, nodes, to_portable
+from polycomp.scheduler.tree import from_portable, is_mark, mark_user, nodes, to_portable
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 CENTER = """def center(float(M, N) A) -> (O) {
