@@ -38,6 +38,7 @@ when one is at least half as large (else evened out over the same number of tile
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -155,6 +156,35 @@ def simd_lanes(itemsize: int) -> int:
 # ----------------------------------------------------------------------------- references
 
 @dataclass(frozen=True)
+class BlockedIndex:
+    """An index ``scale * floor(e / divisor)`` (a block of a channel-blocked layout) or
+    ``e mod divisor`` (a lane of it), e affine in the statement's variables.
+
+    Its step along a member is no constant (it jumps once per ``divisor`` steps of e),
+    so a Reference gives it none; but what a tile touches along it follows from e's
+    own steps: ``span``. Without it the footprint took the whole dimension: a 1x1
+    convolution over 1024 channel-blocked channels counted all of its input's channels
+    in every tile, whatever the reduction tile, and got reduction tiles of 4 or 8
+    channels (each reloading and storing its accumulators after 4 or 8 FMAs)."""
+
+    divisor: int
+    mod: bool
+    steps: tuple[Fraction, ...]  # e's step per band member
+    inner: int                   # e's range swept by the loops below the band
+    scale: int = 1
+
+    def span(self, sizes: Sequence[float]) -> float:
+        """Index values the dimension takes in a tile of ``sizes``, the tile aligned to
+        the blocks (tiles of whole blocks, or of a divisor of one, start at a block's
+        first lane: 64 channels are 8 blocks of 8 lanes, 4 channels one block's 4)."""
+        swept = 1.0 + self.inner + sum(float(abs(step)) * (size - 1)
+                                      for step, size in zip(self.steps, sizes) if step)
+        if self.mod:
+            return min(float(self.divisor), swept)
+        return abs(self.scale) * (math.ceil(swept / self.divisor) - 1) + 1.0
+
+
+@dataclass(frozen=True)
 class Reference:
     """One access of one statement, seen from a band.
 
@@ -164,6 +194,8 @@ class Reference:
     offset       per array dimension: the constant part (groups references)
     key          array, steps and parameter terms: references with equal keys touch the
                  same elements up to their offsets (one group in the footprint)
+    blocked      per array dimension: the BlockedIndex where the index is a block or a
+                 lane of a channel-blocked layout (its steps are None), else None
     """
 
     statement: str
@@ -175,6 +207,7 @@ class Reference:
     offset: tuple[int, ...]
     key: str
     write: bool
+    blocked: tuple[BlockedIndex | None, ...] = ()
 
     @functools.cached_property
     def float_steps(self) -> tuple[tuple[float, ...] | None, ...]:
@@ -304,7 +337,7 @@ def _reference(name: str, access: isl.Map, write: bool,
     extents = tuple(U.pw_aff_value(pa, {}) if not U.param_names(pa) else None
                     for pa in array.shape)
     affs = _access_affs(access)
-    steps, inner, offset, key = [], [], [], [array_name]
+    steps, inner, offset, key, blocked = [], [], [], [array_name], []
     for d in range(access.dim(dim.out)):
         aff = affs[d] if affs is not None else None
         if aff is None or aff.dim(dim.div):
@@ -313,8 +346,13 @@ def _reference(name: str, access: isl.Map, write: bool,
             steps.append(tuple(_quasi_step(aff, x) for x in directions))
             inner.append(extents[d] if d < len(extents) and extents[d] else UNKNOWN_EXTENT)
             offset.append(0)
-            key.append(f"?{d}")
+            block = _blocked_index(aff, directions, inner_dirs) if aff is not None else None
+            blocked.append(block)
+            key.append(f"?{d}" if block is None else
+                       f"?{d}:{block.scale},{block.divisor},{int(block.mod)},"
+                       + ",".join(map(str, block.steps)))
             continue
+        blocked.append(None)
         coeffs = _plain([Fraction(str(aff.get_coefficient_val(dim.in_, j)))
                          for j in range(aff.dim(dim.in_))])
         steps.append(tuple(_dot(coeffs, x) for x in directions))
@@ -324,7 +362,42 @@ def _reference(name: str, access: isl.Map, write: bool,
         params = [str(aff.get_coefficient_val(dim.param, j)) for j in range(aff.dim(dim.param))]
         key.append(",".join(map(str, steps[-1])) + "|" + ",".join(params))
     return Reference(name, array_name, itemsize, extents, tuple(steps), tuple(inner),
-                     tuple(offset), ";".join(key), write)
+                     tuple(offset), ";".join(key), write,
+                     tuple(blocked) if any(b is not None for b in blocked) else ())
+
+
+def _blocked_index(aff: isl.Aff, directions: list[list[int | Fraction]],
+                   inner_dirs: list[tuple[list[int | Fraction], int]]) -> BlockedIndex | None:
+    """The BlockedIndex an index with one floor division is, where it is ``c *
+    floor(e / B) + const`` or ``e mod B`` (isl: ``e - B * floor(e / B)``) with e
+    affine; else None."""
+    if aff.dim(dim.div) != 1:
+        return None
+    div = aff.get_div(0)
+    divisor = div.get_denominator_val()
+    scale = aff.get_coefficient_val(dim.div, 0)
+    if not divisor.is_int() or not scale.is_int() or div.dim(dim.div) > 1:
+        return None
+    b = int(divisor.to_python())
+    c = int(scale.to_python())
+    n = aff.dim(dim.in_)
+    numerator = [Fraction(str(div.get_coefficient_val(dim.in_, j))) * b for j in range(n)]
+    linear = [Fraction(str(aff.get_coefficient_val(dim.in_, j))) for j in range(n)]
+    if any(v.denominator != 1 for v in numerator) or b < 2:
+        return None
+    if any(aff.get_coefficient_val(dim.param, j).is_zero() is False
+           for j in range(aff.dim(dim.param))):
+        return None
+    if not any(linear):
+        mod = False
+    elif c == -b and linear == numerator:
+        mod, c = True, 1
+    else:
+        return None
+    e = _plain(numerator)
+    return BlockedIndex(b, mod, tuple(_dot(e, x) for x in directions),
+                        int(sum(abs(_dot(e, x)) * (extent - 1) for x, extent in inner_dirs)),
+                        c)
 
 
 def _access_affs(access: isl.Map) -> list[isl.Aff | None] | None:
@@ -377,7 +450,10 @@ def footprint(refs: Sequence[Reference], sizes: Sequence[float]) -> float:
         ref = members[0]
         elements = 1.0
         for d, row in enumerate(ref.float_steps):
-            if row is None:
+            block = ref.blocked[d] if ref.blocked else None
+            if block is not None:
+                span = block.span(sizes)
+            elif row is None:
                 span = float(ref.extents[d] or UNKNOWN_EXTENT)
             else:
                 spread = max(r.offset[d] for r in members) - min(r.offset[d] for r in members)

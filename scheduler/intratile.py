@@ -95,9 +95,17 @@ class Plan:
     simd: bool
     factors: tuple[int, ...] = ()
     strip: int = 1
+    # (member, block): the last outer member written as floor(m/block), m mod block (a
+    # register tile's reduction over a channel-blocked operand, _blocked_split)
+    split: tuple[int, int] | None = None
 
     def factor_of(self, m: int) -> int:
         return self.factors[self.unrolled.index(m)] if self.factors else self.factor
+
+    @property
+    def n_outer(self) -> int:
+        """The band members above the innermost one."""
+        return len(self.outer) + (self.split is not None)
 
 
 def optimize_tiles(schedule: isl.Schedule, program: Program, deps: Dependences,
@@ -245,12 +253,19 @@ def optimize_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
     if plan is None:
         return node
     lanes = CM.simd_lanes(_vector_itemsize(node, program, plan))
-    try:
-        node = apply_plan(node, plan, deps, lanes)
-    except IsolationOutOfBudget:
-        # zfnet's 7x7/2 conv: 2 x 8 pixels left guards in every copy (52 ms; 4 ms without)
-        plan = plan_band(node, program, deps, options, vector, prefer, register_tiles=False)
-        node = apply_plan(node, plan, deps, lanes)
+    # a register tile whose full tiles isl cannot isolate within budget would leave
+    # guards in every copy (zfnet's 7x7/2 conv, 2 x 8 pixels: 52 ms; 4 ms without):
+    # then a register tile unrolled along one member fewer (partial tiles along fewer
+    # members, cheaper to isolate), down to none. inception_v1's 3x3 conv at 55 x 55 in
+    # tiles of 12 x 16 pixels: 4 x 4 pixels failed, and its plain unroll-and-jam ran 15
+    # times slower than a row of pixels. A plan that unrolls nothing never raises
+    while True:
+        try:
+            node = apply_plan(node, plan, deps, lanes)
+            break
+        except IsolationOutOfBudget:
+            plan = plan_band(node, program, deps, options, vector, prefer,
+                             register_members=len(plan.unrolled) - 1)
     while node.get_tree_depth() > depth:
         node = node.parent()
     return node
@@ -317,7 +332,10 @@ def distribute_innermost(node: isl.ScheduleNode, program: Program, deps: isl.Uni
 
 def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
               options: Options, vector: VectorTest | None = None,
-              prefer: int | None = None, register_tiles: bool = True) -> Plan | None:
+              prefer: int | None = None,
+              register_members: int = RT.MAX_MEMBERS) -> Plan | None:
+    """The plan of one innermost band: its vector member, then a register tile unrolled
+    along at most ``register_members`` members (none: 0), else unroll-and-jam."""
     n = node.band_n_member()
     pinned = 1 if node.has_parent() and T.is_mark(node.parent(), T.MARK_PARALLEL) else 0
     extents = band_extents(node)
@@ -349,9 +367,9 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
         choice = Plan(rest(c) if permutable else tuple(range(c)), c, (), 1, False)
     if not options.vectorize:
         choice = Plan(choice.outer, choice.innermost, (), 1, False)
-    if options.unroll >= 2 and permutable and choice.simd and register_tiles:
+    if options.unroll >= 2 and permutable and choice.simd and register_members > 0:
         tiled = _register_tile_plan(node, program, choice, refs, extents, loops, deps,
-                                    vector)
+                                    vector, register_members)
         if tiled is not None:
             return tiled
     if options.unroll >= 2 and permutable:
@@ -365,7 +383,8 @@ def plan_band(node: isl.ScheduleNode, program: Program, deps: isl.UnionMap,
 def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
                         refs: list[CM.Reference], extents: list[int | None],
                         loops: list[int], deps: isl.UnionMap,
-                        vector: VectorTest | None = None) -> Plan | None:
+                        vector: VectorTest | None = None,
+                        members: int = RT.MAX_MEMBERS) -> Plan | None:
     """A contraction's register tile (scheduler/register_tile.py): the band of one ``+``
     reduction whose target stays in place along some member gets those reduction members
     just above the vector loop, its vector member strip-mined to the tile's vectors and
@@ -394,7 +413,8 @@ def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
     candidates = [m for m in loops if m != c and m not in reductions
                   and carried_by_member(node, m, deps).is_empty()]
     lanes = CM.simd_lanes(_vector_itemsize(node, program, plan))
-    tile = RT.choose(refs, c, candidates, extents, lanes, shares=band_extent_shares(node))
+    tile = RT.choose(refs, c, candidates, extents, lanes, shares=band_extent_shares(node),
+                     max_members=members)
     if tile is None:
         return None
     factors = dict(tile.factors)
@@ -415,12 +435,55 @@ def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
     # the accumulators, the vector operands and one broadcast (register_tile's model)
     unrolled = tuple(sorted((m for m in range(n) if m in factors),
                             key=lambda m: (RT.is_column(refs, c, m), m)))
-    candidate = Plan(tuple(others + [m for m in range(n) if m in reductions]), c, unrolled,
-                     max(factors.values(), default=1), True,
-                     tuple(factors[m] for m in unrolled), strip)
+    order = others + [m for m in range(n) if m in reductions]
+    candidate = Plan(tuple(order), c, unrolled, max(factors.values(), default=1), True,
+                     tuple(factors[m] for m in unrolled), strip,
+                     _blocked_split(refs, order[-1], extents, node) if order[-1] in reductions
+                     else None)
     if not _simd_legal(node, candidate, deps, True, vector):
         return None
     return candidate
+
+
+def _blocked_split(refs: list[CM.Reference], m: int, extents: list[int | None],
+                   node: isl.ScheduleNode) -> tuple[int, int] | None:
+    """(m, block) where the register tile's innermost reduction loop, member m, runs over
+    whole blocks of a channel-blocked read (``x[c / 8][h][w][c % 8]``: a conv over a
+    conv's output) for more steps than the printer unrolls: the loop is then written as
+    one over blocks and one over a block's lanes, and isl writes the read's indices as
+    those two iterators, without a division in the loop (gcc computed ``c / 8`` and the
+    flat address at every step: a 1x1 conv over 2048 channels at 7 x 7, 256 channels
+    per register tile, ran 1.72 ms so and 1.55 ms split, AVX2). The lanes' loop, at
+    most RT.UNROLLED_TAPS steps, is unrolled by the printer. None otherwise: the tile's
+    extent along m must be whole blocks, the reads must step one lane per step of m,
+    and every tile must start at a block's first lane. Strip-mining keeps the order of
+    the instances, so the split is always legal; where a read's blocks are not aligned
+    with m's after all, isl writes the division as before."""
+    extent = extents[m]
+    if extent is None or extent <= RT.UNROLLED_TAPS:
+        return None
+    moving = [b for r in refs if r.blocked for b in r.blocked
+              if b is not None and b.steps[m] != 0]
+    blocks = {b.divisor for b in moving}
+    if len(blocks) != 1 or any(b.steps[m] != 1 for b in moving):
+        return None
+    block = blocks.pop()
+    shares = band_extent_shares(node)[m]
+    if (block > RT.UNROLLED_TAPS or not shares or any(e % block for e in shares)
+            or not _tiles_start_at(node, m, block)):
+        return None
+    return m, block
+
+
+def _tiles_start_at(node: isl.ScheduleNode, m: int, block: int) -> bool:
+    """Whether member m's first value, for every value of the loops above the band, is a
+    multiple of ``block``."""
+    maps = U.maps_of(node.get_prefix_schedule_union_map().intersect_domain(node.get_domain()))
+    values = U.maps_of(T.member_union_map(node, m))
+    if len(maps) != 1 or len(values) != 1:
+        return False
+    first = maps[0].reverse().apply_range(values[0]).lexmin_pw_multi_aff().get_pw_aff(0)
+    return first.mod_val(isl.Val.int_from_si(U.CTX, block)).non_zero_set().is_empty()
 
 
 def _vector_rank(refs: list[CM.Reference], m: int) -> tuple:
@@ -483,7 +546,7 @@ def _simd_legal(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
     if not permutable and not plan.unrolled:
         return test(node, plan.innermost)
     band = replace_band(node, plan_schedule(node, plan), deps, permutable)
-    return test(band, len(plan.outer))
+    return test(band, plan.n_outer)
 
 
 def plan_schedule(node: isl.ScheduleNode, plan: Plan) -> isl.MultiUnionPwAff:
@@ -499,12 +562,16 @@ def plan_schedule(node: isl.ScheduleNode, plan: Plan) -> isl.MultiUnionPwAff:
             upa = upa.scale_down_val(val(plan.strip)).floor()
         elif m in plan.unrolled:
             upa = upa.scale_down_val(val(plan.factor_of(m))).floor()
+        if plan.split is not None and m == plan.split[0]:
+            members += [upa.scale_down_val(val(plan.split[1])).floor(),
+                        upa.mod_val(val(plan.split[1]))]
+            continue
         members.append(upa)
     inner = mupa.get_at(plan.innermost)
     members.append(inner.mod_val(val(plan.strip)) if plan.strip > 1 else inner)
     members += [mupa.get_at(m).mod_val(val(plan.factor_of(m))) for m in plan.unrolled]
     if (not plan.unrolled and plan.strip == 1
-            and len(plan.outer) + 1 == mupa.get_space().dim(isl.dim_type.set)):
+            and plan.n_outer + 1 == mupa.get_space().dim(isl.dim_type.set)):
         space = mupa.get_space()
     else:
         space = isl.Space.set_alloc(U.CTX, 0, len(members)).align_params(mupa.get_space())
@@ -519,20 +586,20 @@ def apply_plan(node: isl.ScheduleNode, plan: Plan, deps: isl.UnionMap,
     """Rewrite the band as planned: [outer] / mark simd / [innermost] / [unrolled]."""
     n = node.band_n_member()
     identity = plan.outer == tuple(range(n - 1)) and plan.innermost == n - 1
-    if not identity or plan.unrolled or plan.strip > 1:
+    if not identity or plan.unrolled or plan.strip > 1 or plan.split is not None:
         node = replace_band(node, plan_schedule(node, plan), deps,
                             bool(node.band_get_permutable()) or n == 1)
     if not plan.simd and not plan.unrolled:
         return node  # only the order changed: the band stays whole
     if plan.outer:
-        node = node.band_split(len(plan.outer)).child(0)
+        node = node.band_split(plan.n_outer).child(0)
     if plan.unrolled:
         node = node.band_split(1).child(0)
         for k in range(node.band_n_member()):
             node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.unroll)
         node = node.parent()
         outer = node.parent()
-        n_outer = len(plan.outer)
+        n_outer = plan.n_outer
         if T.is_mark(outer.parent(), T.MARK_PARALLEL) and outer.band_n_member() > 1:
             # the parallel member keeps a band of its own (its mark belongs to one loop,
             # which isolation would split in two); the rest is isolated below it

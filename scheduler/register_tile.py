@@ -125,12 +125,14 @@ class RegisterTile:
 def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
            extents: Sequence[int | None], lanes: int,
            registers: RegisterFile | None = None,
-           shares: Sequence[Mapping[int, float] | None] | None = None) -> RegisterTile | None:
+           shares: Sequence[Mapping[int, float] | None] | None = None,
+           max_members: int = MAX_MEMBERS) -> RegisterTile | None:
     """The register tile for a band whose written reference is ``refs``' write (module
     doc): ``candidates`` are the members that may be unrolled (they carry nothing);
     ``shares``, per member, the extents it has in the tiles and their shares of the
     points (scheduler/tiling.band_extent_shares; else ``extents`` alone). None when no
-    tile of at least two accumulators fits."""
+    tile of at least two accumulators fits. At most ``max_members`` members are
+    unrolled."""
     registers = registers or machine_registers()
 
     def spread(m: int) -> Mapping[int, float]:
@@ -151,7 +153,7 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
         strip = vectors * lanes
         if extents[vector] is not None and extents[vector] < strip:
             break
-        for n in range(0, MAX_MEMBERS + 1):
+        for n in range(0, min(max_members, MAX_MEMBERS) + 1):
             for chosen in itertools.combinations(members, n):
                 for factors in itertools.product(range(2, MAX_FACTOR + 1), repeat=n):
                     if any(extents[m] is not None and extents[m] < f
