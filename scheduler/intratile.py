@@ -454,7 +454,8 @@ def _blocked_split(refs: list[CM.Reference], m: int, extents: list[int | None],
     those two iterators, without a division in the loop (gcc computed ``c / 8`` and the
     flat address at every step: a 1x1 conv over 2048 channels at 7 x 7, 256 channels
     per register tile, ran 1.72 ms so and 1.55 ms split, AVX2). The lanes' loop, at
-    most RT.UNROLLED_TAPS steps, is unrolled by the printer. None otherwise: the tile's
+    most RT.UNROLLED_TAPS steps, is unrolled by the printer (AVX-512's blocks of 16 are
+    longer and not split: not measured there). None otherwise: the tile's
     extent along m must be whole blocks, the reads must step one lane per step of m,
     and every tile must start at a block's first lane. Strip-mining keeps the order of
     the instances, so the split is always legal; where a read's blocks are not aligned
