@@ -413,7 +413,8 @@ def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
     candidates = [m for m in loops if m != c and m not in reductions
                   and carried_by_member(node, m, deps).is_empty()]
     lanes = CM.simd_lanes(_vector_itemsize(node, program, plan))
-    tile = RT.choose(refs, c, candidates, extents, lanes, shares=band_extent_shares(node),
+    shares = band_extent_shares(node)
+    tile = RT.choose(refs, c, candidates, extents, lanes, shares=shares,
                      max_members=members)
     if tile is None:
         return None
@@ -438,14 +439,15 @@ def _register_tile_plan(node: isl.ScheduleNode, program: Program, plan: Plan,
     order = others + [m for m in range(n) if m in reductions]
     candidate = Plan(tuple(order), c, unrolled, max(factors.values(), default=1), True,
                      tuple(factors[m] for m in unrolled), strip,
-                     _blocked_split(refs, order[-1], extents, node) if order[-1] in reductions
-                     else None)
+                     _blocked_split(refs, order[-1], extents, shares[order[-1]], node)
+                     if order[-1] in reductions else None)
     if not _simd_legal(node, candidate, deps, True, vector):
         return None
     return candidate
 
 
 def _blocked_split(refs: list[CM.Reference], m: int, extents: list[int | None],
+                   shares: dict[int, float] | None,
                    node: isl.ScheduleNode) -> tuple[int, int] | None:
     """(m, block) where the register tile's innermost reduction loop, member m, runs over
     whole blocks of a channel-blocked read (``x[c / 8][h][w][c % 8]``: a conv over a
@@ -459,7 +461,8 @@ def _blocked_split(refs: list[CM.Reference], m: int, extents: list[int | None],
     extent along m must be whole blocks, the reads must step one lane per step of m,
     and every tile must start at a block's first lane. Strip-mining keeps the order of
     the instances, so the split is always legal; where a read's blocks are not aligned
-    with m's after all, isl writes the division as before."""
+    with m's after all, isl writes the division as before. ``shares``: m's extents in
+    the tiles (tiling.band_extent_shares, which the caller has)."""
     extent = extents[m]
     if extent is None or extent <= RT.UNROLLED_TAPS:
         return None
@@ -469,7 +472,6 @@ def _blocked_split(refs: list[CM.Reference], m: int, extents: list[int | None],
     if len(blocks) != 1 or any(b.steps[m] != 1 for b in moving):
         return None
     block = blocks.pop()
-    shares = band_extent_shares(node)[m]
     if (block > RT.UNROLLED_TAPS or not shares or any(e % block for e in shares)
             or not _tiles_start_at(node, m, block)):
         return None
