@@ -149,6 +149,22 @@ def simd_bytes() -> int:
     return 16
 
 
+def cpu_identity(path: str = "/proc/cpuinfo") -> tuple[str, int, int] | None:
+    """(vendor_id, cpu family, model) of the first CPU in /proc/cpuinfo, or None where it
+    cannot be read (what the register model keys the FMA latency by)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+        return fields["vendor_id"], int(fields["cpu family"]), int(fields["model"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def simd_lanes(itemsize: int) -> int:
     return max(1, simd_bytes() // max(1, itemsize))
 

@@ -19,7 +19,7 @@ the tile is loaded once per distinct element when they fit the spare registers (
 pixels under 3 taps: 9 broadcasts, not 21).
 The tile must fit: accumulators + the vector operands held across the copies + RESERVED
 <= the register file (the copies are ordered rows first, so one broadcast at a time is
-live; RESERVED_UNROLLED where the printer unrolls the innermost reduction loop, a
+live; a quarter of the file where the printer unrolls the innermost reduction loop, a
 window's few taps, since gcc then loads the next taps' operands early); it should have
 at least FMA latency x FMA ports accumulators (else the FMA units wait on their own
 results), and at most 16 unless it loads at most once per two FMAs (then 24: a tile
@@ -52,6 +52,14 @@ from . import cache_model as CM
 # with two 512-bit units; one unit halves the accumulators a tile needs, not the shape)
 FMA_LATENCY = 4
 FMA_PORTS = 2
+# cores whose FMA takes 5 cycles instead ((vendor, family, model or None for every model),
+# from the vendors' optimisation manuals): AMD's family 17h (Zen, Zen+, Zen 2) and Intel's
+# Haswell. On a Zen 2 a 3x3 NCHWc conv (128 channels at 28 x 28, hand-written C, one core)
+# ran 2 blocks x 5 pixels (10 accumulators) at 90 GFLOP/s, 2 x 6 at 94 and 1 block x 7
+# pixels, the tile that 4 cycles x 2 units asked for, at 67
+SLOW_FMA = {("AuthenticAMD", 23, None), ("GenuineIntel", 6, 60), ("GenuineIntel", 6, 63),
+            ("GenuineIntel", 6, 69), ("GenuineIntel", 6, 70)}
+SLOW_FMA_LATENCY = 5
 # the most vectors one row of a tile spans, and the largest unroll factor considered
 MAX_VECTORS = 4
 MAX_FACTOR = 16
@@ -60,12 +68,14 @@ MAX_MEMBERS = 2
 # registers left over for a broadcast operand and the compiler's own use (gcc spilled
 # accumulators of a 28-accumulator conv tile that left it one)
 RESERVED = 2
-# ... and where the innermost reduction loop is unrolled: gcc then loads the next taps'
-# operands early. A 3x3 NCHWc conv with kw unrolled (hand-written C, one core, 16
-# channels per reduction tile) ran 3 blocks x 7 pixels (24 registers with the filter
+# ... and where the innermost reduction loop is unrolled, a share of the register file
+# (1 / RESERVED_UNROLLED_SHARE): gcc then loads the next taps' operands early. A 3x3
+# NCHWc conv with kw unrolled (hand-written C, one core, 16 channels per reduction tile)
+# ran on 32 registers (AVX-512) 3 blocks x 7 pixels (24 registers with the filter
 # vectors) at 183 GFLOP/s, 4 x 6 (28) at 168, 3 x 8 (27) at 156, 6 blocks x 4 rows (30)
-# at 130
-RESERVED_UNROLLED = 8
+# at 130; on 16 (AVX2, 128 channels at 28 x 28) 2 blocks x 5 pixels (12) at 90, 2 x 6
+# (14) at 47, its accumulators spilled
+RESERVED_UNROLLED_SHARE = 4
 # the most steps of a register tile's innermost reduction loop that the printer unrolls
 # (codegen/openmp.py: ``#pragma GCC unroll``): a window's taps along one axis
 UNROLLED_TAPS = 8
@@ -95,11 +105,27 @@ class RegisterFile:
     def min_accumulators(self) -> int:
         return self.fma_latency * self.fma_ports
 
+    @property
+    def reserved_unrolled(self) -> int:
+        """Registers left over where the printer unrolls the taps (RESERVED_UNROLLED_SHARE)."""
+        return self.vectors // RESERVED_UNROLLED_SHARE
+
 
 def machine_registers() -> RegisterFile:
-    """This machine's register file: 32 vector registers with AVX-512, else 16."""
+    """This machine's register file: 32 vector registers with AVX-512, else 16; its FMA
+    latency from the core (``fma_latency``)."""
     width = CM.simd_bytes()
-    return RegisterFile(32 if width >= 64 else 16, width)
+    return RegisterFile(32 if width >= 64 else 16, width, fma_latency(CM.cpu_identity()))
+
+
+def fma_latency(identity: tuple[str, int, int] | None) -> int:
+    """The FMA latency of a core named by (vendor, family, model) (SLOW_FMA), else
+    FMA_LATENCY."""
+    if identity is None:
+        return FMA_LATENCY
+    vendor, family, model = identity
+    slow = (vendor, family, model) in SLOW_FMA or (vendor, family, None) in SLOW_FMA
+    return SLOW_FMA_LATENCY if slow else FMA_LATENCY
 
 
 @dataclass(frozen=True)
@@ -147,7 +173,7 @@ def choose(refs: Sequence[CM.Reference], vector: int, candidates: Sequence[int],
     columns = {m for m in members if is_column(refs, vector, m)}
     sweep = reduction_points(refs, vector, extents)
     unrolled = taps(refs, vector, extents)
-    reserved = RESERVED if unrolled is None else RESERVED_UNROLLED
+    reserved = RESERVED if unrolled is None else registers.reserved_unrolled
     best, best_key = None, None
     for vectors in range(1, MAX_VECTORS + 1):
         strip = vectors * lanes

@@ -57,7 +57,7 @@ def test_unrolled_taps_leave_registers_for_the_next_taps(taps, avx512_machine):
     held = _held(tile, CONV_REFS, 6, extents)
     if taps > 1:
         assert tile.taps == taps
-        assert tile.accumulators + held + RT.RESERVED_UNROLLED <= AVX512.vectors, tile
+        assert tile.accumulators + held + AVX512.reserved_unrolled <= AVX512.vectors, tile
     else:
         assert tile.taps == 1
         assert tile.accumulators + held + RT.RESERVED <= AVX512.vectors, tile
