@@ -21,7 +21,9 @@ Only an explicit ``-ftree-loop-distribution`` among the user's flags keeps it on
 also gets ``-mno-avx512vl`` (unless the user's flags name ``-mavx512vl``): its AVX-512VL
 masked loads in a vectorised select came out wrong (GCC12_AVX512VL_FLAGS); and
 ``-fno-tree-vrp`` (unless they name ``-ftree-vrp``): with value-range propagation it
-gave two masked loads of a conditional copy one mask (GCC12_VRP_FLAGS). Under
+gave two masked loads of a conditional copy one mask (GCC12_VRP_FLAGS); with VRP off
+it still lost rows of such a copy, which the printer therefore compiles without loop
+if-conversion (codegen/openmp.py's REWRITE_MACRO). Under
 Options.exact_fp, ``-ffp-contract=off`` comes last: whether gcc fuses a multiply and an
 add into an FMA depends on the shape of the loop around them, so two schedules of the
 same program would otherwise round differently. Cache

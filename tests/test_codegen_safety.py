@@ -20,6 +20,7 @@ from polycomp import Program
 from polycomp.build import (GCC12_AVX512VL_FLAGS, GCC12_VRP_FLAGS, build_library,
                             compiler_command, gcc_major, is_gcc)
 from polycomp.codegen import ast as A
+from polycomp.codegen import openmp
 from polycomp.codegen.verify import check_ast, executed_instances
 from polycomp.errors import InternalError
 from polycomp.options import Options
@@ -140,6 +141,32 @@ def test_a_conditional_copy_gets_a_mask_per_row(cflags, parallel_min_work):
     p = np.full((2, 4, 2), -1, dtype=np.float32)
     kernel(x, p)
     np.testing.assert_array_equal(p, np.pad(x, ((0, 0), (1, 0), (0, 0))))
+
+
+PADDED_MIDDLE = """
+void pad(float X[3][2], float P[5][3]) {
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 3; j++) {
+      P[i][j] = 0;
+      if (i >= 1 && i <= 3 && j <= 1)
+        P[i][j] = X[i - 1][j];
+    }
+}
+"""
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("cflags", [None, ["-O3", "-march=native"]], ids=["default", "user-O3"])
+def test_a_conditional_copy_keeps_its_middle_rows(cflags):
+    # a 1-channel conv's input padded by [1, 0, 1, 1]: gcc 12.2, VRP off, vectorised the
+    # row loop with masked loads and stores and dropped row 2 (-mavx2 and -march=skylake
+    # alike); the printer compiles such a function without loop if-conversion
+    kernel = polycomp.compile_loops(PADDED_MIDDLE, cflags=cflags)
+    assert openmp.REWRITE_BEGIN in kernel.source
+    x = np.arange(1, 7, dtype=np.float32).reshape(3, 2)
+    p = np.full((5, 3), -1, dtype=np.float32)
+    kernel(x, p)
+    np.testing.assert_array_equal(p, np.pad(x, ((1, 1), (0, 1))))
 
 
 # --- isl's AST generator on strided domains ----------------------------------------------
