@@ -184,7 +184,7 @@ class OpenMPPrinter(CPrinter):
     def __init__(self, program: Program, names: dict[str, str], helpers: Helpers):
         super().__init__(program, names, helpers)
         # bodies of parallel loops, each with whether it holds a vector register tile
-        # and whether a loop body in it stores to an array again under a guard
+        # and whether a loop body in it fills an array and stores to it under a guard
         self.outlined: list[tuple[c.FunctionBody, tuple[bool, bool]]] = []
         self.register_tiles = 0  # vector register tiles printed, and those outlined
         self.outlined_tiles = 0
@@ -542,8 +542,8 @@ class OpenMPPrinter(CPrinter):
 
 def _with_pragmas(function: c.FunctionBody, tiles: bool, rewrites: bool) -> str:
     """The function's text, between TILES_BEGIN and TILES_END when it holds a tile, and
-    between REWRITE_BEGIN and REWRITE_END when a loop body in it stores to an array
-    again under a guard."""
+    between REWRITE_BEGIN and REWRITE_END when a loop body in it fills an array and
+    stores to it again under a guard (``rewrites_under_guard``)."""
     text = str(function)
     if rewrites:
         text = f"{REWRITE_BEGIN}\n{text}\n{REWRITE_END}"
