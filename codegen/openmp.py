@@ -94,6 +94,19 @@ OUTLINED_MACRO = """#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 
 #define POLYCOMP_OUTLINED __attribute__((noinline))
 #endif"""
 OUTLINED = "POLYCOMP_OUTLINED"
+
+
+def optimize_macros(prefix: str, option: str) -> str:
+    """``<prefix>_BEGIN`` and ``<prefix>_END``: around a function, gcc compiles it with
+    ``-f<option>`` added to the command line's options (push/pop_options); empty for
+    other compilers."""
+    return (f"#if defined(__GNUC__) && !defined(__clang__)\n"
+            f"#define {prefix}_BEGIN _Pragma(\"GCC push_options\") \\\n"
+            f"  _Pragma(\"GCC optimize (\\\"{option}\\\")\")\n"
+            f"#define {prefix}_END _Pragma(\"GCC pop_options\")\n"
+            f"#else\n#define {prefix}_BEGIN\n#define {prefix}_END\n#endif")
+
+
 # Around each function that holds a vector register tile: gcc without predictive
 # commoning there. Where a tile's rows run along a member that an enclosing reduction
 # loop moves its broadcasts along too (a conv's output rows under the filter's kh),
@@ -101,14 +114,7 @@ OUTLINED = "POLYCOMP_OUTLINED"
 # tile's accumulators no longer fit the registers: ResNet-50's 3x3 conv at 28 x 28,
 # 2 blocks x 5 rows, ran 5.2 ms with it and 3.0 ms without (AVX2, one core; the
 # 1x1 convs and pools alike either way). The command line's options stay in force.
-TILES_MACRO = """#if defined(__GNUC__) && !defined(__clang__)
-#define POLYCOMP_TILES_BEGIN _Pragma("GCC push_options") \\
-  _Pragma("GCC optimize (\\"no-predictive-commoning\\")")
-#define POLYCOMP_TILES_END _Pragma("GCC pop_options")
-#else
-#define POLYCOMP_TILES_BEGIN
-#define POLYCOMP_TILES_END
-#endif"""
+TILES_MACRO = optimize_macros("POLYCOMP_TILES", "no-predictive-commoning")
 TILES_BEGIN, TILES_END = "POLYCOMP_TILES_BEGIN", "POLYCOMP_TILES_END"
 # Around each function where one innermost loop body fills an array unconditionally
 # and stores to it again under a guard (a padded copy that isl did not separate from its
@@ -118,14 +124,7 @@ TILES_BEGIN, TILES_END = "POLYCOMP_TILES_BEGIN", "POLYCOMP_TILES_END"
 # vectorised the row loop and lost rows (-mavx2, -march=skylake and znver2 alike; with
 # VRP on it also gave two rows one mask, polycomp/build.py). Only these functions: off
 # everywhere, it cost ResNet-50 8 % (the guarded epilogues of its convs ran scalar).
-REWRITE_MACRO = """#if defined(__GNUC__) && !defined(__clang__)
-#define POLYCOMP_GUARDED_REWRITE_BEGIN _Pragma("GCC push_options") \\
-  _Pragma("GCC optimize (\\"no-tree-loop-if-convert\\")")
-#define POLYCOMP_GUARDED_REWRITE_END _Pragma("GCC pop_options")
-#else
-#define POLYCOMP_GUARDED_REWRITE_BEGIN
-#define POLYCOMP_GUARDED_REWRITE_END
-#endif"""
+REWRITE_MACRO = optimize_macros("POLYCOMP_GUARDED_REWRITE", "no-tree-loop-if-convert")
 REWRITE_BEGIN, REWRITE_END = "POLYCOMP_GUARDED_REWRITE_BEGIN", "POLYCOMP_GUARDED_REWRITE_END"
 
 
