@@ -79,13 +79,13 @@ def test_a_blocked_input_touches_the_channels_of_the_reduction_tile_only():
     lanes = [b for b in read.blocked if b is not None]
     assert sorted(b.mod for b in lanes) == [False, True]
     assert {b.divisor for b in lanes} == {CM.simd_lanes(4)}  # a vector's floats per block
-    pixels = [m for m, e in enumerate(band.extents) if e == 14]
-    assert len(pixels) == 2
+    # a 1x1 conv's 14 x 14 pixels are one row of 196 (frontend/onnx/pixel_rows.py)
+    pixels = [m for m, e in enumerate(band.extents) if e == 14 * 14]
+    assert len(pixels) == 1
     for channels in (4, 8, 16, 64):
         sizes = [1] * len(band.extents)
         sizes[k] = channels
-        for m in pixels:
-            sizes[m] = 7
+        sizes[pixels[0]] = 49
         # channels x 7 x 7 floats: the block dimension spans channels / 8 blocks, the
         # lane dimension min(8, channels) lanes. Before, every tile counted all 64
         assert CM.footprint([read], sizes) == 4 * 49 * channels

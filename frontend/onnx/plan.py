@@ -29,6 +29,7 @@ from .builder import GroupBuilder, Tensor, blocked_shape
 from .graph import Graph, Node
 from .ops import HOST_OPS, NodeContext, check_node, lower_node
 from .ops.host import HOST_ATTRS
+from .pixel_rows import pixels_as_rows
 from .rewrite import fold_batchnorm
 
 # a node of these types starts a new group: its loops are the group's main nest
@@ -286,6 +287,7 @@ def _keeps_channel_blocks(graph: Graph, anchor: Node, layouts: dict[str, int],
 
 def build_group(graph: Graph, nodes: Sequence[Node], exported: set[str], name: str,
                 layouts: dict[str, int] | None = None) -> GroupStep:
+    graph = pixels_as_rows(graph, nodes)
     b = GroupBuilder("onnx_group")  # one name: identical groups give identical Programs
     b.layouts = dict(layouts or {})
     tensors: dict[str, Tensor] = {}
