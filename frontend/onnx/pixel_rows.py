@@ -19,14 +19,19 @@ residual + relu reading a channel-blocked input): 512 -> 2048 channels at 7 x 7 
 at 28 x 28 60.3 and 78.2; 64 -> 256 at 56 x 56 65.0 and 66.3.
 
 Which groups: every node a 1x1 convolution (any group count) with unit strides and no
-padding, or an element-by-element op in PIXELWISE; every image the nodes read or write
-(rank 4, not a constant) of one spatial shape with more than one row; every other
-operand broadcast over the pixels (its last two dimensions, aligned to the image's, 1).
+padding over a channel-blocked input, or an element-by-element op in PIXELWISE; every
+image the nodes read or write (rank 4, not a constant) of one spatial shape with more
+than one row; every other operand broadcast over the pixels (its last two dimensions,
+aligned to the image's, 1). A convolution over a plain (N, C, H, W) input is left as it
+is: there a row of H*W pixels that is a multiple of the vector width would make the
+pixels the vector loop (scheduler/blocking.py's good vector loop) instead of the
+channels, and change the layout of every value after it (a MobileNetV2 block at 28 x 28
+would lose its channel-blocked depthwise convolution); that path is not measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from .graph import Graph, Node, Value
@@ -38,10 +43,11 @@ PIXELWISE = {"Relu", "Add", "Sum", "Sub", "Mul", "Div", "Max", "Min", "Clip", "L
              "BatchNormalization"}
 
 
-def pixels_as_rows(graph: Graph, nodes: Sequence[Node]) -> Graph:
+def pixels_as_rows(graph: Graph, nodes: Sequence[Node], blocked: Collection[str]) -> Graph:
     """``graph`` with the group's images as one row of pixels when the group qualifies
-    (module doc), else ``graph`` itself."""
-    images = _images(graph, nodes)
+    (module doc; ``blocked``: the values stored channel-blocked), else ``graph``
+    itself."""
+    images = _images(graph, nodes, blocked)
     if not images:
         return graph
     values = dict(graph.values)
@@ -52,7 +58,7 @@ def pixels_as_rows(graph: Graph, nodes: Sequence[Node]) -> Graph:
     return replace(graph, values=values)
 
 
-def _images(graph: Graph, nodes: Sequence[Node]) -> set[str] | None:
+def _images(graph: Graph, nodes: Sequence[Node], blocked: Collection[str]) -> set[str] | None:
     """The names of the group's images, or None when the group does not qualify."""
     if not any(n.op_type == "Conv" for n in nodes):
         return None  # nothing here tiles pixels in registers
@@ -62,7 +68,7 @@ def _images(graph: Graph, nodes: Sequence[Node]) -> set[str] | None:
         if node.domain not in ("", "ai.onnx"):
             return None
         if node.op_type == "Conv":
-            if not _pointwise_conv(graph, node):
+            if not _pointwise_conv(graph, node) or node.inputs[0] not in blocked:
                 return None
             operands = [node.inputs[0]]
         elif node.op_type == "BatchNormalization":

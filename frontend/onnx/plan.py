@@ -287,9 +287,9 @@ def _keeps_channel_blocks(graph: Graph, anchor: Node, layouts: dict[str, int],
 
 def build_group(graph: Graph, nodes: Sequence[Node], exported: set[str], name: str,
                 layouts: dict[str, int] | None = None) -> GroupStep:
-    graph = pixels_as_rows(graph, nodes)
     b = GroupBuilder("onnx_group")  # one name: identical groups give identical Programs
     b.layouts = dict(layouts or {})
+    graph = pixels_as_rows(graph, nodes, b.layouts)
     tensors: dict[str, Tensor] = {}
     inputs: list[tuple[str, str]] = []
     empty = [v for v in exported if 0 in graph.values[v].shape]
