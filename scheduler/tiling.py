@@ -499,16 +499,20 @@ def _column_in_l1(sizes: tuple[int, ...], refs: Sequence[CM.Reference], innermos
 def _rows_of_whole_tiles(sizes: tuple[int, ...], refs: Sequence[CM.Reference],
                          innermost: int, candidates: Sequence[int],
                          extents: list[int | None], lanes: int) -> tuple[int, ...]:
-    """``sizes`` with the tile along each row member of the register tile (a member it
-    unrolls that its vector operands stay in place along: a conv's pixels) moved down,
-    by at most half, to a multiple of some factor that divides the member's extent,
-    where the register tile there costs less: a row of 7 pixels fits 56, 28 and 14
-    pixels, and 20-pixel tiles of 56 left 4 x 5 tiles and a partial one."""
+    """``sizes`` with the tile along each row member (a member the register tile may
+    unroll that its vector operands stay in place along: a conv's pixels; those of the
+    tile chosen at ``sizes`` first) moved down, by at most half, to a multiple of some
+    factor that divides the member's extent, where the register tile there costs less,
+    or at equal cost runs along the taps (register_tile._along_taps): a row of 7 pixels
+    fits 56, 28 and 14 pixels, and 20-pixel tiles of 56 left 4 x 5 tiles and a partial
+    one; 16 of 28 columns left remainders of 1 and 2 pixels, so a 3x3 conv's tile went
+    down its rows, where 14 columns give it a row of 5 + 5 + 4 pixels."""
     tile = RT.choose(refs, innermost, candidates, list(sizes), lanes,
                      shares=_tile_shares(sizes, extents))
     if tile is None:
         return sizes
-    for m, _ in tile.factors:
+    chosen_members = [m for m, _ in tile.factors]
+    for m in chosen_members + [m for m in candidates if m not in chosen_members]:
         extent = extents[m]
         if extent is None or RT.is_column(refs, innermost, m):
             continue
@@ -524,9 +528,9 @@ def _rows_of_whole_tiles(sizes: tuple[int, ...], refs: Sequence[CM.Reference],
             chosen = RT.choose(refs, innermost, candidates, list(trial), lanes,
                                shares=_tile_shares(trial, extents))
             if chosen is not None:
-                scored.append((round(chosen.expected, 6), -size))
+                scored.append((round(chosen.expected, 6), not chosen.along_taps, -size))
         if scored:
-            sizes = tuple(-min(scored)[1] if k == m else s for k, s in enumerate(sizes))
+            sizes = tuple(-min(scored)[2] if k == m else s for k, s in enumerate(sizes))
     return sizes
 
 
