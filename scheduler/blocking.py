@@ -170,13 +170,21 @@ def _init(program: Program, s: Statement) -> Statement | None:
 def zero_init(program: Program, s: Statement) -> Statement | None:
     """The statement that sets the reduction's target to 0 before it, when the target is
     touched by nothing else but readers that run after the reduction."""
+    init = constant_init(program, s)
+    return init if init is not None and init.expr.value == 0 else None  # type: ignore[attr-defined]
+
+
+def constant_init(program: Program, s: Statement) -> Statement | None:
+    """The statement that sets the reduction's target to a constant before it (a max
+    pool's -inf), when the target is touched by nothing else but readers that run after
+    the reduction."""
     name = s.target.array
     time = program.original_schedule
     writers = [t for t in program.statements if t.target.array == name and t is not s]
     if len(writers) != 1:
         return None
     init = writers[0]
-    if init.reduction is not None or not isinstance(init.expr, E.Const) or init.expr.value != 0:
+    if init.reduction is not None or not isinstance(init.expr, E.Const):
         return None
     written = s.write.intersect_domain(s.domain).range()
     if not init.write.intersect_domain(init.domain).range().is_equal(written):

@@ -3,7 +3,8 @@ programs), after channel blocking and panel packing (scheduler/panels.py), befor
 inlining (scheduler/inlining.py).
 
 A "+" reduction over a few terms per element, from zero, whose operands all move with
-the element's last index (a depthwise convolution's taps, an average pool's window),
+the element's last index (a depthwise convolution's taps, an average pool's window), or
+a "max" or "min" one from any constant (a max pool's window from -inf),
 
     I: X(e) = 0
     S: X(e) += f(e, r)            for the taps r of e's window, at most MAX_TERMS
@@ -31,12 +32,18 @@ window's (some index adds a kept iterator and a reduced one, ``h + kh``: an NCHW
 depthwise convolution, whose filter taps broadcast along a row of pixels). The sum
 keeps its order and its zero, so exact_fp holds.
 
-When it applies: S is a float "+" reduction whose reduced iterators (those in no index
-of its target) have constant bounds spanning at most MAX_TERMS points, of which S
-takes 2 or more; the elements fall into at most MAX_CELLS cells; its expression does
-not read X; every read's last index uses every iterator of the target's last index,
-or, in a window, the read uses none of them; I, the only other writer of X, assigns the
-constant 0 to exactly the elements S updates, all before S, and every other reader of X
+A max or min is written out as the reduction computed it: the same helper, the same
+order, so every element is bit for bit what the loop gave. Before, each output pixel of
+ResNet-50's max pool ran its nine taps as one dependent chain of maxima, one pixel at a
+time (0.275 ms on one core of the AVX2 machine; written out 0.111, onnxruntime 0.107).
+
+When it applies: S is a float "+", "max" or "min" reduction whose reduced iterators
+(those in no index of its target) have constant bounds spanning at most MAX_TERMS
+points, of which S takes 2 or more; the elements fall into at most MAX_CELLS cells; its
+expression does not read X; every read's last index uses every iterator of the target's
+last index, or, in a window, the read uses none of them; I, the only other writer of X,
+assigns a constant (0 for a sum) to exactly the elements S updates, all before S, and
+every other reader of X
 runs after S; S runs apart from every other statement (all of its instances before or
 after all of the other's).
 """
@@ -53,7 +60,7 @@ from polycomp import expr as E
 from polycomp import islutil as U
 from polycomp.ir import Program, Statement
 
-from .blocking import _all_before, _fresh, zero_init
+from .blocking import _all_before, _fresh, constant_init, zero_init
 
 dim = isl.dim_type
 
@@ -81,8 +88,15 @@ def _iterators(e: E.Expr) -> set[str]:
     return {n.name for n in E.walk(e) if isinstance(n, E.Iter)}
 
 
+# how a written-out sum combines its terms: as the reduction did (codegen/c.py prints a
+# max or min reduction and the max or min Call with the same helper)
+COMBINE = {"+": lambda total, term, dtype: E.Binary("add", total, term, dtype),
+           "max": lambda total, term, dtype: E.Call("max", (total, term), dtype),
+           "min": lambda total, term, dtype: E.Call("min", (total, term), dtype)}
+
+
 def _written_out(program: Program, s: Statement) -> Program | None:
-    if s.reduction != "+" or s.target.dtype not in ("float32", "float64"):
+    if s.reduction not in COMBINE or s.target.dtype not in ("float32", "float64"):
         return None
     kept = set().union(*(_iterators(i) for i in s.target.indices)) if s.target.indices else set()
     reduced = [n for n in s.iterators if n not in kept]
@@ -106,7 +120,7 @@ def _written_out(program: Program, s: Statement) -> Program | None:
     cells = _cells(taps)
     if cells is None:
         return None
-    init = zero_init(program, s)
+    init = zero_init(program, s) if s.reduction == "+" else constant_init(program, s)
     if init is None or not _apart(program, s, init):
         return None
     times = {m.get_tuple_name(dim.in_): m for m in U.maps_of(program.original_schedule)}
@@ -118,7 +132,7 @@ def _written_out(program: Program, s: Statement) -> Program | None:
         for point in members:
             term = E.substitute(s.expr, {n: E.Const(v, E.INDEX_DTYPE)
                                          for n, v in zip(reduced, point)})
-            total = E.Binary("add", total, term, s.target.dtype)
+            total = COMBINE[s.reduction](total, term, s.target.dtype)
         written.append((_assignment(s, name, cell.set_tuple_name(name), total),
                         _first_time(times[s.name], s, reduced, members[0], cell, name)))
     schedule = U.union_map([t for _, t in written] + [

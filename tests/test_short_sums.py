@@ -1,5 +1,5 @@
 """Short sums written out (scheduler/short_sums.py) and what follows from them: a
-depthwise convolution that reads its input unpadded, one statement per cell of its
+depthwise convolution and a max pool that read their input unpadded, one statement per cell of its
 border (inlining, scheduler/inlining.py, carries the epilogue into each), and a pad copy
 that smart fusion keeps apart from the stencil reading it (scheduler/fusion.py)."""
 
@@ -143,6 +143,61 @@ def test_where_the_taps_are_not_written_out_the_input_is_padded(case):
         assert len(written) == 1 and "cells" not in written[0], program.notes
     else:
         assert not written and any(s.reduction == "+" for s in program.statements)
+
+
+def pool_model(size: int, kernel: int, stride: int, pads: list[int]):
+    """x -> 1x1 conv -> max pool -> 1x1 conv: the pool's input and output channel-blocked,
+    as ResNet-50's max pool after its stem. Both convs are identities (a sum of the one
+    term times 1 and zeros: exact), so the output is the pool of x, bit for bit."""
+    c = CHANNELS
+    eye = np.eye(c, dtype=np.float32).reshape(c, c, 1, 1)
+    inits = [numpy_helper.from_array(eye, w) for w in ("w1", "w3")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
+             helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[kernel, kernel],
+                              strides=[stride, stride], pads=pads),
+             helper.make_node("Conv", ["p", "w3"], ["y"], name="project")]
+    out = [(size + pads[k] + pads[k + 2] - kernel) // stride + 1 for k in (0, 1)]
+    graph = helper.make_graph(
+        nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c] + out)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("size, kernel, stride, pads", [
+    (28, 3, 2, [1, 1, 1, 1]),  # ResNet's: 3 x 3, stride 2, padded by 1 (4 cells)
+    (14, 3, 1, [1, 1, 1, 1]),
+    (13, 2, 2, [0, 0, 1, 1]),
+])
+def test_a_max_pool_window_is_written_out_as_maxima_cell_by_cell(size, kernel, stride, pads):
+    # a max reduction of a few taps from -inf: written out as the reduction computed it
+    # (the same helper, the same order), so every element is bit for bit the maximum;
+    # before, each output pixel ran its taps as one dependent chain of maxima (ResNet-50's
+    # pool: 0.275 ms, written out 0.111, onnxruntime 0.107 on one core)
+    model = pool_model(size, kernel, stride, pads)
+    rng = np.random.default_rng(3)
+    feed = {"x": rng.standard_normal((1, CHANNELS, size, size)).astype(np.float32)}
+    session = pco.InferenceSession(model.SerializeToString())
+    (step,) = [s for s in session.compiled().plan.steps if isinstance(s, GroupStep)
+               and any(n.name == "pool" for n in s.nodes)]
+    program, _ = analyze_program(step.program, session.options)
+    expected = cells(size, kernel, stride, pads)
+    assert any("written out" in note and (expected == 1 or f"in {expected} cells" in note)
+               for note in program.notes), program.notes
+    assert not any(s.reduction for s in program.statements
+                   if s.target.array == step.outputs[0][0])
+    got = session.run(None, feed)[0]
+    padded = np.pad(feed["x"], [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])],
+                    constant_values=-np.inf)
+    out = [(size + pads[k] + pads[k + 2] - kernel) // stride + 1 for k in (0, 1)]
+    want = np.full((1, CHANNELS) + tuple(out), -np.inf, np.float32)
+    for kh in range(kernel):
+        for kw in range(kernel):
+            want = np.maximum(want, padded[:, :, kh:kh + stride * out[0]:stride,
+                                           kw:kw + stride * out[1]:stride])
+    np.testing.assert_array_equal(got, want)
+    if platform.machine() in ("x86_64", "AMD64"):
+        report = polycomp.inspect(session)
+        assert not report.scalar_loops, report.summary()
 
 
 def test_smart_fusion_keeps_a_copy_apart_from_the_stencil_that_reads_it():
