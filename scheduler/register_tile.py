@@ -27,8 +27,8 @@ bound by its loads gains nothing from more, and gcc spilled). Among the tiles th
 the fewest loads per FMA over all points, the partial register tiles at the ends of the
 loops included (``_expected_cost``), then a tile whose broadcasts move along the taps
 (``_along_taps``: a conv's row of pixels), then the most accumulators, then the fewest
-rows of data. A tile whose column (its vector operands over the whole reduction: a conv's filter
-blocks x channels x taps) does not fit L1 pays L2_LOAD per held vector per step: the
+rows of data. A tile whose column (its vector operands over the whole reduction: a
+conv's filter blocks x channels x taps) does not fit L1 pays L2_LOAD per held vector per step: the
 next tile along its rows reads the column again (scheduler/tiling.py cuts the reduction
 tile until a cheaper tile fits). A channel-blocked convolution's best tiles are columns
 of output-channel blocks (the filter's vectors) times a row of pixels (the input's
@@ -348,8 +348,8 @@ def _along_taps(reads: Sequence[CM.Reference], vector: int, factors: dict[int, i
     taps (``_tile``'s shared broadcast): a conv's tile along its row of pixels rather
     than down its column of rows. At equal loads the row of pixels ran faster: a 3x3
     NCHWc conv on the AVX2 machine (one core, in model context, 2 blocks x 5 pixels),
-    256 channels at 14 x 14 83.6 GFLOP/s down the rows, 87.9 along them; 128 channels at
-    28 x 28 80.3 and 84.5 (gcc keeps a row's broadcasts across the taps, 7 loads for 5
+    256 channels at 14 x 14 83.6 GFLOP/s down the rows, 86.8 along them; 128 channels at
+    28 x 28 80.3 and 84.0 (gcc keeps a row's broadcasts across the taps, 7 loads for 5
     pixels x 3 taps, where the rows' take 15)."""
     if unrolled is None:
         return False
