@@ -145,7 +145,7 @@ def test_where_the_taps_are_not_written_out_the_input_is_padded(case):
         assert not written and any(s.reduction == "+" for s in program.statements)
 
 
-def pool_model(size: int, kernel: int, stride: int, pads: list[int]):
+def pool_model(size: int, kernel: int, stride: int, pads: list[int], relu: bool = False):
     """x -> 1x1 conv -> max pool -> 1x1 conv: the pool's input and output channel-blocked,
     as ResNet-50's max pool after its stem. Both convs are identities (a sum of the one
     term times 1 and zeros: exact), so the output is the pool of x, bit for bit."""
@@ -154,8 +154,16 @@ def pool_model(size: int, kernel: int, stride: int, pads: list[int]):
     inits = [numpy_helper.from_array(eye, w) for w in ("w1", "w3")]
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
              helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[kernel, kernel],
-                              strides=[stride, stride], pads=pads),
-             helper.make_node("Conv", ["p", "w3"], ["y"], name="project")]
+                              strides=[stride, stride], pads=pads)]
+    if relu:
+        # an epilogue in the pool's group reads its output, which leaves the group too
+        # (channel-blocked, as DenseNet's first pool into its first dense block)
+        nodes += [helper.make_node("Relu", ["p"], ["q"], name="relu"),
+                  helper.make_node("Conv", ["q", "w3"], ["y1"], name="project"),
+                  helper.make_node("Conv", ["p", "w3"], ["y2"], name="side"),
+                  helper.make_node("Add", ["y1", "y2"], ["y"], name="sum")]
+    else:
+        nodes.append(helper.make_node("Conv", ["p", "w3"], ["y"], name="project"))
     out = [(size + pads[k] + pads[k + 2] - kernel) // stride + 1 for k in (0, 1)]
     graph = helper.make_graph(
         nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
@@ -198,6 +206,26 @@ def test_a_max_pool_window_is_written_out_as_maxima_cell_by_cell(size, kernel, s
     if platform.machine() in ("x86_64", "AMD64"):
         report = polycomp.inspect(session)
         assert not report.scalar_loops, report.summary()
+
+
+def test_a_max_pool_that_an_epilogue_reads_stays_a_reduction():
+    # DenseNet-121's first pool with its batch norm and relu, written out, ran scalar
+    # (gcc 12 did not if-convert the jammed copies): the reduction stays
+    size, kernel, stride, pads = 28, 3, 2, [1, 1, 1, 1]
+    model = pool_model(size, kernel, stride, pads, relu=True)
+    feed = {"x": np.random.default_rng(4).standard_normal((1, CHANNELS, size, size))
+            .astype(np.float32)}
+    session = pco.InferenceSession(model.SerializeToString())
+    (step,) = [s for s in session.compiled().plan.steps if isinstance(s, GroupStep)
+               and any(n.name == "pool" for n in s.nodes)]
+    assert any(n.name == "relu" for n in step.nodes)
+    program, _ = analyze_program(step.program, session.options)
+    assert not any("written out" in note for note in program.notes), program.notes
+    assert any(s.reduction == "max" for s in program.statements)
+    got = session.run(None, feed)[0]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_smart_fusion_keeps_a_copy_apart_from_the_stencil_that_reads_it():
