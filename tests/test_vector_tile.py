@@ -24,6 +24,7 @@ from polycomp.codegen.cexpr import Helpers
 from polycomp.onnx import zoo
 from polycomp.scheduler import cache_model as CM
 from polycomp.scheduler import register_tile as RT
+from polycomp.scheduler import short_sums as SS
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 AVX512 = RT.RegisterFile(32, 64)
@@ -408,13 +409,16 @@ def test_a_fully_connected_head_at_batch_1_is_a_packed_register_tile():
 
 
 @pytest.mark.needs_cc
-def test_max_and_min_tiles_keep_the_scalar_selects_nans_included():
+@pytest.mark.parametrize("taps", [30, 9])
+def test_max_and_min_tiles_keep_the_scalar_selects_nans_included(taps):
     # a pooling window's running max as a vector register (ResNet-50's max pool: 0.33 ->
-    # 0.14 ms at 1 thread); the selects skip a NaN operand as the scalar helper does
+    # 0.14 ms at 1 thread); the selects skip a NaN operand as the scalar helper does.
+    # A window of at most short_sums.MAX_TERMS taps is written out as maxima instead
+    # (scheduler/short_sums.py), with the same helper: the same values
     src = ("def m(float(N,K,C) I) -> (O, P) {\n O(n, c) max=! I(n, k, c)\n"
            " P(n, c) min=! I(n, k, c)\n}")
-    sizes = {"N": 8, "K": 9, "C": 64}
-    x = np.random.default_rng(0).standard_normal((8, 9, 64)).astype(np.float32)
+    sizes = {"N": 8, "K": taps, "C": 64}
+    x = np.random.default_rng(0).standard_normal((8, taps, 64)).astype(np.float32)
     x[0, 3, 5] = x[1, 0, 7] = np.nan
     x[2, :, 9] = np.nan  # a whole window of NaNs: the initial value stays
     x[3, 8, 10], x[4, 0, 11] = np.inf, -np.inf
@@ -422,6 +426,8 @@ def test_max_and_min_tiles_keep_the_scalar_selects_nans_included():
         warnings.simplefilter("ignore", polycomp.PerformanceWarning)
         kernel = polycomp.compile(src, sizes=sizes)
         serial = polycomp.compile(src, sizes=sizes, scheduler="none")
-    assert "polycomp_vmax_v" in kernel.source and "polycomp_vmin_v" in kernel.source
+    written_out = taps <= SS.MAX_TERMS
+    assert ("polycomp_vmax_v" in kernel.source and "polycomp_vmin_v" in kernel.source) \
+        != written_out
     for got, want in zip(kernel(x), serial(x)):
         np.testing.assert_array_equal(got, want)
