@@ -44,9 +44,8 @@ points, of which S takes 2 or more; the elements fall into at most MAX_CELLS cel
 expression does not read X; every read's last index uses every iterator of the target's
 last index, or, in a window, the read uses none of them; I, the only other writer of X,
 assigns a constant (0 for a sum) to exactly the elements S updates, all before S, and
-every other reader of X
-runs after S; S runs apart from every other statement (all of its instances before or
-after all of the other's).
+every other reader of X runs after S; S runs apart from every other statement (all of
+its instances before or after all of the other's).
 """
 
 from __future__ import annotations
