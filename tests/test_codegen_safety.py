@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import polycomp
 from polycomp import Program
-from polycomp.build import (GCC12_AVX512VL_FLAGS, GCC12_VRP_FLAGS, build_library,
-                            compiler_command, gcc_major, is_gcc)
+from polycomp.build import (GCC12_AVX512VL_FLAGS, GCC12_VRP_FLAGS, MATH_ERRNO_FLAGS,
+                            build_library, compiler_command, gcc_major, is_gcc)
 from polycomp.codegen import ast as A
 from polycomp.codegen import openmp
 from polycomp.codegen.verify import check_ast, executed_instances
@@ -88,17 +88,19 @@ def test_gcc_flags_keep_an_explicit_choice():
         pytest.skip("the C compiler is not gcc")  # the flag is gcc's only
     vl = (list(GCC12_AVX512VL_FLAGS) + list(GCC12_VRP_FLAGS)
           if gcc_major(tuple(compiler)) == 12 else [])
+    errno = list(MATH_ERRNO_FLAGS)
     lines = [LINE_TABLE_FLAG]  # line tables for the machine-code check, last
-    assert compiler_command(Options())[1][-1 - len(vl) - 1] == "-fno-tree-loop-distribution"
-    assert compiler_command(Options(cflags=("-O3",)))[1] == ["-O3", "-fno-tree-loop-distribution"
-                                                             ] + vl + lines
+    assert compiler_command(Options())[1][-1 - len(vl) - 2] == "-fno-tree-loop-distribution"
+    assert compiler_command(Options(cflags=("-O3",)))[1] == [
+        "-O3", "-fno-tree-loop-distribution"] + errno + vl + lines
     chosen = ("-O3", "-ftree-loop-distribution")
-    assert compiler_command(Options(cflags=chosen))[1] == list(chosen) + vl + lines
+    assert compiler_command(Options(cflags=chosen))[1] == list(chosen) + errno + vl + lines
     # a user's own -g is kept, and no second one is added
     assert compiler_command(Options(cflags=("-O2", "-g")))[1] == [
-        "-O2", "-g", "-fno-tree-loop-distribution"] + vl
+        "-O2", "-g", "-fno-tree-loop-distribution"] + errno + vl
     assert "-mno-avx512vl" not in compiler_command(Options(cflags=("-O3", "-mavx512vl")))[1]
     assert "-fno-tree-vrp" not in compiler_command(Options(cflags=("-O3", "-ftree-vrp")))[1]
+    assert "-fno-math-errno" not in compiler_command(Options(cflags=("-O3", "-fmath-errno")))[1]
 
 
 @pytest.mark.needs_cc

@@ -9,7 +9,10 @@ import platform
 import warnings
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import polycomp
 import polycomp.onnx as pco
@@ -167,3 +170,52 @@ def test_resnet_convolutions_are_vector_in_model_context(c, m, f, h, k, stride):
     assert len(loops) >= 2, report.summary()
     assert not [c for c in loops if c.scalar], report.summary()
     assert all(c.width >= 256 for c in loops), report.summary()
+
+
+def dense_block(c: int, h: int) -> bytes:
+    """Two layers of a DenseNet block: each concatenates what came before with a new
+    conv's output, and the next layer normalises that concatenation
+    (BatchNormalization, Relu) before its conv. The BN reads a concat, not a conv, so it
+    stays a pass of its own with a square root per channel (frontend/onnx/rewrite.py
+    folds only BN behind a conv), over a channel-blocked input, as in DenseNet-121."""
+    rng = np.random.default_rng(0)
+    inits = {"W1": (c, c, 1, 1), "W2": (c, c, 1, 1), "W3": (c, 2 * c, 1, 1),
+             "scale": (2 * c,), "bias": (2 * c,), "mean": (2 * c,)}
+    inits = {k: (rng.standard_normal(v) * 0.1).astype(np.float32) for k, v in inits.items()}
+    inits["var"] = rng.random(2 * c).astype(np.float32) + 0.5
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["a"], name="conv1"),
+             helper.make_node("Conv", ["a", "W2"], ["b"], name="conv2"),
+             helper.make_node("Concat", ["a", "b"], ["ab"], name="concat1", axis=1),
+             helper.make_node("BatchNormalization", ["ab", "scale", "bias", "mean", "var"],
+                              ["n"], name="bn"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "W3"], ["d"], name="conv3"),
+             helper.make_node("Concat", ["ab", "d"], ["y"], name="concat2", axis=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3 * c, h, h])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+@pytest.mark.needs_cc
+@pytest.mark.skipif(not X86, reason="reads x86-64 object code")
+def test_a_batchnorm_pass_with_its_square_root_is_vector_in_model_context():
+    # sqrtf may set errno: without -fno-math-errno (polycomp/build.py) gcc guards the
+    # call with a branch and leaves the whole element-wise loop scalar ("control flow in
+    # loop"); DenseNet-121 had 46 such groups
+    model = dense_block(64, 14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", polycomp.PerformanceWarning)  # judged below
+        session = pco.InferenceSession(model)
+    report = polycomp.inspect(session)
+    assert report.checked and not report.scalar_loops, report.summary()
+    normalising = [c for c in report.loops
+                   if c.judged and "bn (" in report.groups.get(c.loop.source, "")]
+    assert normalising and all(c.width >= 256 for c in normalising), report.summary()
+    x = np.random.default_rng(1).standard_normal((1, 64, 14, 14)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-4)
