@@ -221,3 +221,32 @@ def _same_lane(space: isl.Space, lane: int) -> isl.Map:
     return isl.Map.universe(space).add_constraint(
         isl.Constraint.equality_alloc(local).set_coefficient_val(isl.dim_type.in_, lane, 1)
         .set_coefficient_val(isl.dim_type.out, lane, -1))
+
+
+def runs_every_update(node: isl.AstNode, nest: Nest, program: Program,
+                      statements: dict[str, Statement], scope: list[str]) -> bool:
+    """Whether one run of the nest at ``node`` runs every instance of its statements that
+    updates the elements it updates, for any values of the loops around it: each of its
+    targets then starts the run holding what the other writers left there, as no
+    instance of the nest's reductions has run on it before (the AST is checked to run
+    each instance once). A reduction tiled across outer loops (a K tile) fails this."""
+    params = tuple(program.params) + tuple(scope)
+    try:
+        runs = V.executed_instances(node, params, program.context)
+    except V.Unreadable:  # an AST the reader cannot follow: not proved
+        return False
+    for name in nest.statements:
+        stmt = statements[name]
+        done = [m.range() for m in runs if m.range().get_tuple_name() == name]
+        if not done:
+            return False
+        ran = done[0]
+        for more in done[1:]:
+            ran = ran.union(more)
+        domain = stmt.domain.align_params(ran.get_space())
+        ran = ran.align_params(domain.get_space()) & domain
+        write = stmt.write.align_params(ran.get_space())
+        updating = ran.apply(write).apply(write.reverse()) & domain
+        if not updating.is_subset(ran):
+            return False
+    return True

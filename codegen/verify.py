@@ -43,6 +43,9 @@ class _Unreadable(Exception):
     """An AST construct this reader does not model (reported as an InternalError)."""
 
 
+Unreadable = _Unreadable  # for callers that read an AST node's instances themselves
+
+
 class ASTRejected(InternalError):
     """No AST for the schedule could be shown to run each instance once (isl failed, its
     AST was wrong, or checking it was too costly): polycomp/driver.py then compiles the

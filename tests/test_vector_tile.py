@@ -6,6 +6,7 @@ and its object code packed whatever gcc's vectoriser does."""
 from __future__ import annotations
 
 import platform
+import re
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -431,3 +432,20 @@ def test_max_and_min_tiles_keep_the_scalar_selects_nans_included(taps):
         != written_out
     for got, want in zip(kernel(x), serial(x)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.needs_cc
+@pytest.mark.parametrize("k", [64, 1024])
+def test_a_tile_that_runs_the_whole_sum_starts_from_zero_and_the_zero_fill_goes(k):
+    # K = 64: each register tile runs every update of its elements (one K tile), so it
+    # starts from the zero the initialisation would have written instead of loading it,
+    # and the zero-fill pass over C is left out of the C (codegen/openmp.py). K = 1024
+    # is cut into K tiles: a tile then loads what the one before it stored, and the
+    # zero-fill stays. Either way the product is right.
+    kernel = polycomp.compile(MM, sizes={"M": 96, "N": 128, "K": k})
+    splat = re.search(r"_reg\d+_\d+ = \(polycomp_v\d+sf\)\{0\} \+ \(0\.0f\);", kernel.source)
+    zero_fill = re.search(r"\bC\[[^\]]*\] = 0\.0f;", kernel.source)
+    assert (splat is not None) == (k == 64), kernel.source
+    assert (zero_fill is None) == (k == 64), kernel.source
+    a, b = _random((96, k), 1), _random((k, 128), 2)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
