@@ -88,6 +88,7 @@ def test_the_tiling_gives_a_3x3_conv_whole_rows_of_pixel_tiles(monkeypatch):
     # in memory), so the tile went down the rows; 14 columns are 5 + 5 + 4
     from polycomp.scheduler import tiling  # noqa: PLC0415
     monkeypatch.setattr(RT, "machine_registers", lambda: ZEN2)
+    monkeypatch.setattr(CM, "simd_bytes", lambda: 32)  # AVX2's 8 lanes on any machine
     monkeypatch.setattr(CM, "cache_sizes", lambda: {1: 32 * 1024, 2: 512 * 1024,
                                                     3: 16 * 1024 * 1024})
     extents = [16, 28, 28, 128, 3, 3, 8]
