@@ -133,3 +133,31 @@ def test_values_between_convolutions_stay_channel_blocked():
                 assert isinstance(last, E.Iter) and last.name == s.iterators[-1], s
     np.testing.assert_allclose(session.run(None, feed)[0], reference(model, feed)[0],
                                rtol=1e-4, atol=1e-4)
+
+
+def test_a_pool_whose_readers_need_plain_values_reads_a_plain_input():
+    """A max pool accumulates in its input's layout: read by a grouped conv (which reads
+    blocked values badly, plan.READS_BLOCKED), its output is plain, so its input is
+    plain too; a blocked input would make the pool's window loop a transposition from
+    blocked to plain, which gcc left scalar (ShuffleNet's first pool). In
+    test_values_between_convolutions_stay_channel_blocked the pool's reader is a
+    depthwise conv, and both stay blocked."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.2, name)
+             for name, shape in (("w0", (32, 3, 3, 3)), ("b0", (32,)), ("wg", (32, 16, 1, 1)))]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1] * 4, name="c0"),
+             n("Relu", ["c0"], ["r0"], name="r0"),
+             n("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4,
+               name="p0"),
+             n("Conv", ["p0", "wg"], ["y"], kernel_shape=[1, 1], group=2, name="grouped")]
+    graph = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 24, 24])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 32, 12, 12])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feed = {"x": rng.standard_normal((1, 3, 24, 24)).astype(np.float32)}
+    session = pco.InferenceSession(model)
+    layouts = session.compiled().plan.layouts
+    assert "p0" not in layouts and "r0" not in layouts, layouts
+    np.testing.assert_allclose(session.run(None, feed)[0], reference(model, feed)[0],
+                               rtol=1e-4, atol=1e-4)
