@@ -449,3 +449,19 @@ def test_a_tile_that_runs_the_whole_sum_starts_from_zero_and_the_zero_fill_goes(
     assert (zero_fill is None) == (k == 64), kernel.source
     a, b = _random((96, k), 1), _random((k, 128), 2)
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.needs_cc
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(2, 80), k=st.sampled_from([1, 3, 17, 64, 300]),
+       parallel=st.booleans())
+def test_tiles_that_start_from_zero_give_the_product(m, n, k, parallel):
+    # whatever the sizes (partial chunks, remainder tiles, a K cut into tiles or not) and
+    # whether the tiles run in a thread team: where a tile starts from the initialisation's
+    # zero, and where the zero-fill is left out, the product is numpy's
+    options = {"parallel_min_work": 0} if parallel else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", polycomp.PerformanceWarning)
+        kernel = polycomp.compile(MM, sizes={"M": m, "N": n, "K": k}, **options)
+    a, b = _random((m, k), 3), _random((k, n), 4)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
