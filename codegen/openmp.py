@@ -429,7 +429,8 @@ class OpenMPPrinter(CPrinter):
             init = self.constant_init(name)
             if init is None:
                 return None
-            values.add((init.expr.value, self.statements[name].target.dtype))  # type: ignore[attr-defined]
+            value = init.expr.value  # type: ignore[attr-defined]
+            values.add((value, self.statements[name].target.dtype))
         if len(values) != 1 or not promote.runs_every_update(
                 node, nest, self.program, self.statements, self.scope):
             return None
