@@ -75,8 +75,8 @@ from polycomp.errors import InternalError
 from polycomp.ir import Program, Statement
 from polycomp.options import Options
 from polycomp.scheduler import register_tile as RT  # the taps it unrolls
-from polycomp.scheduler.blocking import constant_init  # a reduction's constant start
 from polycomp.scheduler import tree as T  # mark names
+from polycomp.scheduler.blocking import constant_init  # a reduction's constant start
 
 from . import promote, vector_tile
 from . import verify as V
@@ -147,24 +147,25 @@ def generate_openmp(program: Program, schedule: isl.Schedule, options: Options,
                     ordered: isl.UnionMap) -> Source:
     """The C file for ``schedule``; ``ordered``, the dependences the schedule was checked
     against, is what its AST must keep forward (codegen/verify.py)."""
-    helpers = Helpers()
     names = {p: c_name(p) for p in program.params}
     arguments = entry_arguments(program)
-    printer = OpenMPPrinter(program, names, helpers)
     scratch = [a for a in program.arrays if a.role == "scratch"]
-    printer.outline_arguments = arguments + tuple(
-        CArgument("array", a.name, CTYPES[a.dtype], a.dtype) for a in scratch)
     ast = build_ast(program, schedule, ordered, simplify_indices=True)
-    function, heap = printer.entry(ast, arguments, scratch)
-    dead = frozenset(printer.constant_init(name).name  # type: ignore[union-attr]
-                     for name in printer.printed - printer.loaded)
-    if dead:  # every update runs in a tile that starts from the constant: print again
+
+    def printed(dead_inits: frozenset[str]
+                ) -> tuple[OpenMPPrinter, Helpers, c.FunctionBody, bool]:
         helpers = Helpers()
         printer = OpenMPPrinter(program, names, helpers)
         printer.outline_arguments = arguments + tuple(
             CArgument("array", a.name, CTYPES[a.dtype], a.dtype) for a in scratch)
-        printer.dead_inits = dead
-        function, heap = printer.entry(ast, arguments, scratch)
+        printer.dead_inits = dead_inits
+        return (printer, helpers, *printer.entry(ast, arguments, scratch))
+
+    printer, helpers, function, heap = printed(frozenset())
+    dead = frozenset(printer.constant_init(name).name  # type: ignore[union-attr]
+                     for name in printer.printed - printer.loaded)
+    if dead:  # every update runs in a tile that starts from the constant: print again
+        printer, helpers, function, heap = printed(dead)
     entry = (printer.register_tiles > printer.outlined_tiles,
              printer.guarded_rewrites > printer.outlined_rewrites)
     # user text in a comment is escaped too: a name holding `*/` would end the comment
