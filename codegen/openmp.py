@@ -152,7 +152,7 @@ def generate_openmp(program: Program, schedule: isl.Schedule, options: Options,
     scratch = [a for a in program.arrays if a.role == "scratch"]
     ast = build_ast(program, schedule, ordered, simplify_indices=True)
 
-    def printed(dead_inits: frozenset[str]
+    def print_kernel(dead_inits: frozenset[str]
                 ) -> tuple[OpenMPPrinter, Helpers, c.FunctionBody, bool]:
         helpers = Helpers()
         printer = OpenMPPrinter(program, names, helpers)
@@ -161,11 +161,11 @@ def generate_openmp(program: Program, schedule: isl.Schedule, options: Options,
         printer.dead_inits = dead_inits
         return (printer, helpers, *printer.entry(ast, arguments, scratch))
 
-    printer, helpers, function, heap = printed(frozenset())
+    printer, helpers, function, heap = print_kernel(frozenset())
     dead = frozenset(printer.constant_init(name).name  # type: ignore[union-attr]
                      for name in printer.printed - printer.loaded)
     if dead:  # every update runs in a tile that starts from the constant: print again
-        printer, helpers, function, heap = printed(dead)
+        printer, helpers, function, heap = print_kernel(dead)
     entry = (printer.register_tiles > printer.outlined_tiles,
              printer.guarded_rewrites > printer.outlined_rewrites)
     # user text in a comment is escaped too: a name holding `*/` would end the comment
